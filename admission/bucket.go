@@ -1,0 +1,67 @@
+package admission
+
+import (
+	"math"
+	"time"
+)
+
+// bucket is the state of one token bucket: tokens held at instant last
+// (Unix nanoseconds). Its arithmetic is a pure function of now, so tests and
+// the fuzzer need no clock.
+type bucket struct {
+	tokens float64
+	last   int64
+}
+
+// fullBucket returns the state of a bucket seen for the first time at now.
+func fullBucket(l Limit, now int64) bucket { return bucket{tokens: l.Burst, last: now} }
+
+// tokensAt returns the tokens b holds at now under l: refilled since last,
+// capped at l.Burst. A clock that went backwards refills nothing.
+func (b bucket) tokensAt(l Limit, now int64) float64 {
+	elapsed := now - b.last
+	if elapsed <= 0 {
+		return math.Min(b.tokens, l.Burst)
+	}
+	return math.Min(l.Burst, b.tokens+float64(elapsed)/1e9*l.Rate)
+}
+
+// take takes cost tokens at now when the bucket holds them. It returns the
+// new state and the result. The state's last never moves backwards, so a
+// skewed clock cannot mint tokens.
+func (b bucket) take(l Limit, now int64, cost float64) (bucket, Result) {
+	tokens := b.tokensAt(l, now)
+	if now < b.last {
+		now = b.last
+	}
+	var r Result
+	if tokens >= cost {
+		tokens -= cost
+		r.Allowed = true
+	} else {
+		r.RetryAfter = secondsToDuration((cost - tokens) / l.Rate)
+	}
+	r.Remaining = tokens
+	r.ResetAfter = secondsToDuration((l.Burst - tokens) / l.Rate)
+	return bucket{tokens: tokens, last: now}, r
+}
+
+// fullAt returns the instant (Unix ns) at which b is full again under l.
+// A bucket past that instant is the same as one never seen, so a store may
+// forget it.
+func (b bucket) fullAt(l Limit) int64 {
+	need := (l.Burst - b.tokens) / l.Rate
+	if need <= 0 {
+		return b.last
+	}
+	return b.last + int64(math.Ceil(need*1e9))
+}
+
+// secondsToDuration converts s seconds to a Duration, rounding up so a
+// client told to wait that long finds the tokens there.
+func secondsToDuration(s float64) time.Duration {
+	if s <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(s * 1e9))
+}

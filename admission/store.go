@@ -1,0 +1,50 @@
+package admission
+
+import (
+	"context"
+	"time"
+)
+
+// Limit is a token bucket's quota: Rate tokens a second, up to Burst tokens.
+// The zero value admits nothing.
+type Limit struct {
+	// Rate is the refill rate in tokens per second. Must be > 0.
+	Rate float64
+	// Burst is the bucket's capacity in tokens. Must be > 0.
+	Burst float64
+}
+
+// BucketKey names one token bucket. Stores turn it into their own key; the
+// Redis store hashes or escapes both fields, so any bytes are safe here.
+type BucketKey struct {
+	// Tenant is the tenant ID. Empty means the global backstop bucket.
+	Tenant string
+	// Scope is empty for the tenant's own bucket, or a route group's name.
+	Scope string
+}
+
+// Result is a store's answer for one Take.
+type Result struct {
+	// Allowed is true when the cost was taken from the bucket.
+	Allowed bool
+	// Remaining is the number of tokens left after this take (when allowed)
+	// or in the bucket now (when not). Never negative.
+	Remaining float64
+	// RetryAfter is, when not allowed, the time until the bucket holds the
+	// cost. Zero when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full again.
+	ResetAfter time.Duration
+}
+
+// Store keeps token buckets for the rate layer. The embedded MemoryStore and
+// the Redis store satisfy it.
+//
+// Take removes cost tokens from bucket k (quota l) when it holds that many,
+// and otherwise takes nothing. A bucket that was never seen (or expired)
+// starts full. The error is for infrastructure faults only: an over-quota
+// bucket is a Result with Allowed false, not an error. Implementations must
+// be safe for concurrent use.
+type Store interface {
+	Take(ctx context.Context, k BucketKey, l Limit, cost float64) (Result, error)
+}
