@@ -1,0 +1,51 @@
+// Package shed provides the two primitives fairgate uses when the upstream
+// itself is the bottleneck: an adaptive concurrency limit learned from
+// upstream latency ([Limiter]) and priority-based load shedding ([Shedder]).
+//
+// The package imports no other fairgate package. The admission pipeline
+// composes it: it asks the [Shedder] first (cheap, rejects the least
+// important work before it queues), then acquires a [Permit] from the
+// [Limiter], feeds both back (Permit.Record or Permit.Drop, Shedder.Observe),
+// and resizes the bulkhead pools from the Limiter's OnLimitChange hook.
+//
+// # Adaptive limit
+//
+// [Limiter] wraps failsafe-go's adaptivelimiter (the gradient of recent over
+// baseline latency, bounded by min and max) and adds two guards the gradient
+// lacks:
+//
+//   - A configured maximum healthy latency. A call that takes longer than
+//     [AdaptiveConfig.MaxLatency] is never learnt (the gradient's baseline
+//     would drift upward during a long incident and the limit would climb
+//     back); instead it cuts a ceiling on the limit multiplicatively, at most
+//     once per MaxLatency, as TCP halves its window once per round trip.
+//   - Timeouts. A permit held longer than MaxLatency cuts the ceiling however
+//     it is released, Drop included, so a steady stream of timeouts cannot let
+//     the limit creep up on the few fast calls that still complete.
+//
+// Healthy calls raise the ceiling again additively (about +1 per limit's
+// worth of healthy calls), so it recovers within a few round trips once the
+// upstream is fast again, and the gradient then governs.
+//
+// failsafe-go's limiter reads the wall clock (time.Now) and offers no way to
+// inject another; the Limiter reads the same clock, so that both agree, and
+// the package tests drive both with testing/synctest.
+//
+// # Priority and shedding
+//
+// A request's [Priority] is a level 0–499 (failsafe-go's scale), derived by
+// [PriorityFor] from its route's [Criticality] and its tenant tier's rank.
+// Criticality dominates: every critical request outranks every default one,
+// which outranks every sheddable one; the tier orders requests within a
+// criticality.
+//
+// [Shedder] keeps a rejection threshold: requests below it are rejected
+// immediately, requests at it are rejected in a deterministic fraction,
+// requests above it are admitted, so a higher priority is never shed while a
+// lower one is admitted. failsafe-go's priority.Prioritizer is not used: it
+// only reads the queues of failsafe-go's own limiters (its registration hook
+// is internal), whereas fairgate's queues live in the bulkhead pools, and it
+// draws random levels within a priority. The Shedder keeps its scale and its
+// idea (reject a fraction of recent traffic, taken from the lowest levels)
+// and takes the pressure from the caller through [Shedder.Observe].
+package shed
