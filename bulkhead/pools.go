@@ -1,0 +1,423 @@
+package bulkhead
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// maxFreeTokens bounds the seat tokens Pools keeps for reuse.
+const maxFreeTokens = 1024
+
+// Pools divides a total concurrency among named pools, each with its seats,
+// its bounded fair queue and its lending and borrowing limits, in the manner
+// of Kubernetes API Priority and Fairness.
+//
+// Pools is safe for concurrent use. Create it with [NewPools].
+type Pools struct {
+	byName map[string]*pool // fixed at construction
+	order  []*pool          // by name; fixed at construction
+
+	// fifo, a test hook set before first use, queues every request in one
+	// flow: the queue degrades to FIFO, the negative control of the
+	// fairness tests.
+	fifo bool
+
+	mu     sync.Mutex
+	total  int
+	queued int          // requests queued in all pools
+	rotor  int          // the pool that borrows first in the next dispatch
+	free   []*seatToken // tokens of released seats, for reuse
+}
+
+// pool is one named pool. Its fields below cfg are guarded by Pools.mu.
+type pool struct {
+	set  *Pools
+	name string
+	cfg  PoolConfig
+
+	nominal     int // seats: its share of the total
+	lendable    int // of nominal, seats others may borrow while idle
+	borrowLimit int // seats it may hold from others
+	used        int // of its own seats, those held (by it or borrowers)
+	lent        int // of used, those held by other pools' requests
+	borrowed    int // seats its requests hold from other pools
+	inFlight    int // its requests holding a seat, own or borrowed
+	meanHold    time.Duration
+	queue       *FairQueue[*waiter]
+}
+
+// waiter is a request queued for a seat. Its fields are guarded by Pools.mu.
+type waiter struct {
+	ready    chan struct{} // receives once, when granted or pushed out
+	handle   Handle
+	enqueued time.Time
+	granted  time.Time // zero until granted
+	lender   *pool     // whose seat was granted
+	evicted  bool      // pushed out of a full queue
+}
+
+// seatToken makes Release idempotent: a Seat is valid while its gen matches
+// the token's, and releasing bumps the token's gen. Guarded by Pools.mu.
+type seatToken struct {
+	gen      uint64
+	acquired time.Time
+}
+
+// Seat is a granted request's place in a pool. Release it exactly once when
+// the request is done; Release on a Seat already released, or on any copy of
+// it, does nothing. The zero Seat holds nothing.
+//
+// Seat is a value, not a pointer, so that acquiring a seat does not
+// allocate.
+type Seat struct {
+	tok    *seatToken
+	gen    uint64
+	pool   *pool
+	lender *pool
+	waited time.Duration
+}
+
+// PoolStats is a snapshot of one pool, for metrics and Retry-After.
+type PoolStats struct {
+	Seats       int // nominal seats: the pool's share of the current total
+	Lendable    int // of Seats, those other pools may borrow while idle
+	BorrowLimit int // seats the pool may borrow from other pools
+	InFlight    int // the pool's requests holding a seat, own or borrowed
+	Queued      int // the pool's requests waiting for a seat
+	Borrowed    int // of InFlight, seats borrowed from other pools
+	Lent        int // the pool's seats held by other pools' requests
+
+	// MeanHold is a moving average of how long a seat is held; zero
+	// until a seat of the pool has been released.
+	MeanHold time.Duration
+
+	// RetryAfter estimates when a request refused now would find a seat:
+	// (Queued+1) × MeanHold ÷ Seats, or MaxWait before MeanHold is known.
+	// The caller rounds it up to whole seconds for the header.
+	RetryAfter time.Duration
+}
+
+// NewPools validates cfg and builds its pools.
+func NewPools(cfg Config) (*Pools, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ps := &Pools{byName: make(map[string]*pool, len(cfg.Pools))}
+	for name, pc := range cfg.Pools {
+		p := &pool{set: ps, name: name, cfg: pc, queue: NewFairQueue[*waiter]()}
+		ps.byName[name] = p
+		ps.order = append(ps.order, p)
+	}
+	slices.SortFunc(ps.order, func(a, b *pool) int {
+		if a.name < b.name {
+			return -1
+		}
+		if a.name > b.name {
+			return 1
+		}
+		return 0
+	})
+	ps.mu.Lock()
+	ps.setTotalLocked(cfg.Total)
+	ps.mu.Unlock()
+	return ps, nil
+}
+
+// SetTotal changes the total concurrency shared by the pools, as an adaptive
+// limit does. Requests holding seats keep them: where a pool now holds more
+// than its new seats, it admits no one until enough have drained. Where
+// seats were added, queued requests take them at once. n below 1 counts as 1.
+func (ps *Pools) SetTotal(n int) {
+	ps.mu.Lock()
+	ps.setTotalLocked(n)
+	ps.dispatchLocked()
+	ps.mu.Unlock()
+}
+
+// Total reports the total concurrency last set.
+func (ps *Pools) Total() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.total
+}
+
+func (ps *Pools) setTotalLocked(n int) {
+	ps.total = max(n, 1)
+	sum := 0
+	for _, p := range ps.order {
+		sum += p.cfg.Share
+	}
+	for _, p := range ps.order {
+		p.nominal = (ps.total*p.cfg.Share + sum - 1) / sum
+		p.lendable = (p.nominal*p.cfg.LendablePercent + 50) / 100
+		p.borrowLimit = (p.nominal*p.cfg.BorrowingPercent + 50) / 100
+	}
+}
+
+// Names reports the pools' names, sorted.
+func (ps *Pools) Names() []string {
+	names := make([]string, len(ps.order))
+	for i, p := range ps.order {
+		names[i] = p.name
+	}
+	return names
+}
+
+// Stats reports a snapshot of the named pool, or false if there is none.
+func (ps *Pools) Stats(pool string) (PoolStats, bool) {
+	p := ps.byName[pool]
+	if p == nil {
+		return PoolStats{}, false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	st := PoolStats{
+		Seats:       p.nominal,
+		Lendable:    p.lendable,
+		BorrowLimit: p.borrowLimit,
+		InFlight:    p.inFlight,
+		Queued:      p.queue.Len(),
+		Borrowed:    p.borrowed,
+		Lent:        p.lent,
+		MeanHold:    p.meanHold,
+		RetryAfter:  p.cfg.MaxWait,
+	}
+	if p.meanHold > 0 {
+		st.RetryAfter = time.Duration(st.Queued+1) * p.meanHold / time.Duration(p.nominal)
+	}
+	return st, true
+}
+
+// Acquire takes a seat in the named pool for a request of flow (the
+// tenant) weighing cost in the pool's fair queue. It takes a free seat at
+// once, its pool's own or one borrowed from an idle pool; otherwise it
+// waits in the pool's queue, where flows are served by deficit round robin,
+// until a seat is handed to it, the pool's max_wait passes
+// (ErrWaitTimeout) or ctx is done (ctx.Err(); the request leaves the queue
+// and never gets a seat). A full queue fails at once with ErrQueueFull,
+// unless the request's flow has fewer requests queued than the longest
+// flow, whose newest request it then pushes out (that one fails with
+// ErrQueueFull): one flow cannot fill the queue against the others.
+//
+// A seat is one request, whatever its cost. Acquiring a free seat does not
+// allocate.
+func (ps *Pools) Acquire(ctx context.Context, pool, flow string, cost int) (Seat, error) {
+	p := ps.byName[pool]
+	if p == nil {
+		return Seat{}, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
+	}
+	if err := ctx.Err(); err != nil {
+		return Seat{}, err
+	}
+	now := time.Now()
+	ps.mu.Lock()
+	if p.queue.Len() == 0 {
+		if lender := ps.lenderLocked(p); lender != nil {
+			ps.takeLocked(p, lender)
+			s := ps.seatLocked(p, lender, now, 0)
+			ps.mu.Unlock()
+			return s, nil
+		}
+	}
+	if !ps.makeRoomLocked(p, flow) {
+		ps.mu.Unlock()
+		return Seat{}, ErrQueueFull
+	}
+	w := &waiter{ready: make(chan struct{}, 1), enqueued: now}
+	w.handle = p.queue.Push(ps.flowKey(flow), cost, w)
+	ps.queued++
+	ps.mu.Unlock()
+	return ps.wait(ctx, p, w)
+}
+
+func (ps *Pools) flowKey(flow string) string {
+	if ps.fifo {
+		return ""
+	}
+	return flow
+}
+
+// makeRoomLocked reports whether p's queue can take one more request of
+// flow, pushing out the newest request of the longest flow if that flow is
+// longer than flow would be.
+func (ps *Pools) makeRoomLocked(p *pool, flow string) bool {
+	if p.queue.Len() < p.cfg.QueueLength {
+		return true
+	}
+	if p.cfg.QueueLength == 0 {
+		return false
+	}
+	longest, n := p.queue.longest()
+	if p.queue.flowLen(ps.flowKey(flow))+1 >= n {
+		return false
+	}
+	victim, _ := p.queue.popNewest(longest)
+	ps.queued--
+	victim.evicted = true
+	victim.ready <- struct{}{}
+	return true
+}
+
+// wait blocks a queued request until it is granted, pushed out, timed out or
+// cancelled.
+func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
+	timer := time.NewTimer(p.cfg.MaxWait)
+	var err error
+	select {
+	case <-w.ready:
+	case <-timer.C:
+		err = ErrWaitTimeout
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	switch {
+	case w.evicted:
+		return Seat{}, ErrQueueFull
+	case !w.granted.IsZero():
+		if cerr := ctx.Err(); cerr != nil {
+			// Granted as the caller gave up: never served, the seat
+			// goes to the next in line.
+			ps.releaseLocked(p, w.lender)
+			return Seat{}, cerr
+		}
+		return ps.seatLocked(p, w.lender, w.granted, w.granted.Sub(w.enqueued)), nil
+	}
+	p.queue.Remove(w.handle)
+	ps.queued--
+	if err == nil {
+		err = ctx.Err()
+	}
+	return Seat{}, err
+}
+
+// lenderLocked returns the pool whose seat a request of p may take now: p
+// itself if it has a free seat, else the idle pool with the most seats to
+// lend if p may borrow, else nil.
+func (ps *Pools) lenderLocked(p *pool) *pool {
+	if p.used < p.nominal {
+		return p
+	}
+	if p.borrowed >= p.borrowLimit {
+		return nil
+	}
+	var best *pool
+	bestFree := 0
+	for _, l := range ps.order {
+		if l == p || l.queue.Len() > 0 {
+			continue
+		}
+		if free := min(l.nominal-l.used, l.lendable-l.lent); free > bestFree {
+			best, bestFree = l, free
+		}
+	}
+	return best
+}
+
+// takeLocked counts a seat of lender held by a request of p.
+func (ps *Pools) takeLocked(p, lender *pool) {
+	p.inFlight++
+	lender.used++
+	if lender != p {
+		lender.lent++
+		p.borrowed++
+	}
+}
+
+// releaseLocked returns a seat of lender held by a request of p and hands
+// freed seats to queued requests.
+func (ps *Pools) releaseLocked(p, lender *pool) {
+	p.inFlight--
+	lender.used--
+	if lender != p {
+		lender.lent--
+		p.borrowed--
+	}
+	ps.dispatchLocked()
+}
+
+// dispatchLocked hands free seats to queued requests: first each pool's own
+// seats to its own queue, then, round robin across pools, seats borrowed
+// from idle pools. A pool with requests queued lends nothing, so a lender's
+// seats come back to it as its borrowers release them.
+func (ps *Pools) dispatchLocked() {
+	if ps.queued == 0 {
+		return
+	}
+	now := time.Now()
+	for _, p := range ps.order {
+		for p.queue.Len() > 0 && p.used < p.nominal {
+			ps.grantLocked(p, p, now)
+		}
+	}
+	for progress := true; progress && ps.queued > 0; {
+		progress = false
+		for i := range ps.order {
+			p := ps.order[(ps.rotor+i)%len(ps.order)]
+			if p.queue.Len() == 0 {
+				continue
+			}
+			if l := ps.lenderLocked(p); l != nil {
+				ps.grantLocked(p, l, now)
+				progress = true
+			}
+		}
+		ps.rotor = (ps.rotor + 1) % len(ps.order)
+	}
+}
+
+// grantLocked hands a seat of lender to the next request in p's queue.
+func (ps *Pools) grantLocked(p, lender *pool, now time.Time) {
+	w, _ := p.queue.Pop()
+	ps.queued--
+	ps.takeLocked(p, lender)
+	w.granted, w.lender = now, lender
+	w.ready <- struct{}{}
+}
+
+func (ps *Pools) seatLocked(p, lender *pool, acquired time.Time, waited time.Duration) Seat {
+	var tok *seatToken
+	if n := len(ps.free); n > 0 {
+		tok = ps.free[n-1]
+		ps.free = ps.free[:n-1]
+	} else {
+		tok = new(seatToken)
+	}
+	tok.acquired = acquired
+	return Seat{tok: tok, gen: tok.gen, pool: p, lender: lender, waited: waited}
+}
+
+// Release gives the seat back, handing it to the next queued request. Only
+// the first Release of a seat counts.
+func (s Seat) Release() {
+	if s.tok == nil {
+		return
+	}
+	ps := s.pool.set
+	now := time.Now()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if s.tok.gen != s.gen {
+		return
+	}
+	s.tok.gen++
+	if hold := now.Sub(s.tok.acquired); s.pool.meanHold == 0 {
+		s.pool.meanHold = max(hold, 1)
+	} else {
+		s.pool.meanHold += (hold - s.pool.meanHold) / 8
+	}
+	if len(ps.free) < maxFreeTokens {
+		ps.free = append(ps.free, s.tok)
+	}
+	ps.releaseLocked(s.pool, s.lender)
+}
+
+// Waited reports how long the request waited in the queue for the seat.
+func (s Seat) Waited() time.Duration { return s.waited }
+
+// Borrowed reports whether the seat was borrowed from another pool.
+func (s Seat) Borrowed() bool { return s.lender != s.pool }
