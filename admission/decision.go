@@ -1,0 +1,97 @@
+package admission
+
+import (
+	"errors"
+	"time"
+
+	"github.com/fairgate/fairgate/tenant"
+)
+
+// Layer names the part of the pipeline that decided.
+type Layer uint8
+
+// The layers, in the order a request meets them.
+const (
+	LayerNone Layer = iota
+	LayerIdentify
+	LayerRate
+	LayerConcurrency
+	LayerShed
+	LayerBulkhead
+	LayerAdaptive
+)
+
+var layerNames = [...]string{"none", "identify", "rate", "concurrency", "shed", "bulkhead", "adaptive"}
+
+// String returns the layer's name as it appears in the JSON body, spans and
+// metrics ("rate", "bulkhead", …).
+func (l Layer) String() string {
+	if int(l) < len(layerNames) {
+		return layerNames[l]
+	}
+	return "unknown"
+}
+
+// Decision is the pipeline's answer for one request. It is a value: the
+// zero Decision is "not decided".
+type Decision struct {
+	// Allowed is true when every layer admitted the request.
+	Allowed bool
+	// Status is the HTTP status of a rejection: 401, 429 or 503. Zero when
+	// allowed.
+	Status int
+	// Layer is the layer that rejected the request (LayerNone when
+	// allowed).
+	Layer Layer
+	// Reason is a short machine word for the rejection, such as
+	// "tenant_quota", "global_backstop", "unknown_key" or "queue_full".
+	Reason string
+	// RetryAfter is how long the client should wait before retrying; set on
+	// every rejection, at least one second when written to the client.
+	RetryAfter time.Duration
+	// Tenant is the identified tenant, nil before identification.
+	Tenant *tenant.Tenant
+	// Route is the matched route (never nil once classified).
+	Route *Route
+	// Quotas are the token buckets the rate layer consulted, for the
+	// RateLimit headers. Quotas[0] is the tenant's own bucket.
+	Quotas [2]QuotaState
+	// NQuotas is how many of Quotas are set.
+	NQuotas int
+
+	release *permits
+}
+
+// QuotaState is what a client is told about one token bucket.
+type QuotaState struct {
+	// Name is the policy name in the RateLimit headers: "tenant" or the
+	// route group's name.
+	Name string
+	// Limit is the bucket's burst in tokens; Window is the time it takes
+	// to refill from empty (Burst/Rate).
+	Limit  float64
+	Window time.Duration
+	// Remaining tokens and the time until the bucket is full.
+	Remaining float64
+	Reset     time.Duration
+}
+
+// Done releases what the admitted request holds in the later layers
+// (concurrency slot, bulkhead seat, adaptive permit). Call it exactly once
+// when the request has finished; calling it again does nothing. ok says
+// whether the upstream answered (its latency then teaches the adaptive
+// limit) or the request ended without telling anything about capacity
+// (client gone, cancelled).
+func (d *Decision) Done(ok bool) {
+	if d.release != nil {
+		d.release.done(ok)
+		d.release = nil
+	}
+}
+
+// Errors of the admission package.
+var (
+	// ErrStoreUnavailable is returned by a Store that cannot decide and
+	// whose failure policy says to fail closed.
+	ErrStoreUnavailable = errors.New("admission: rate store unavailable")
+)

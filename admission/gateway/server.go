@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/tenant"
+)
+
+// Options are the server's collaborators. The zero value is a working
+// default.
+type Options struct {
+	// Logger receives the server's logs. Nil discards them.
+	Logger *slog.Logger
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+	// Store keeps the token buckets. Nil means the embedded memory store.
+	Store admission.Store
+	// Transport reaches the upstream. Nil means a transport built from the
+	// config's upstream timeout.
+	Transport http.RoundTripper
+}
+
+// Server is the gateway: edge, admission pipeline and reverse proxy.
+type Server struct {
+	log     *slog.Logger
+	gate    *admission.Gate
+	store   admission.Store
+	edge    *echo.Echo
+	admin   *http.ServeMux
+	cfg     atomic.Pointer[Config]
+	ready   atomic.Bool
+	started time.Time
+}
+
+// New builds a Server from a checked config. Nothing listens yet.
+func New(cfg Config, o Options) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Store == nil {
+		o.Store = admission.NewMemoryStore(admission.MemoryStoreOptions{Now: o.Now})
+	}
+	reg, err := tenant.NewRegistry(cfg.Tenants)
+	if err != nil {
+		return nil, err
+	}
+	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	target, _ := url.Parse(cfg.Upstream) // checked by Validate
+	if o.Transport == nil {
+		o.Transport = &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   1024,
+			IdleConnTimeout:       90 * time.Second,
+			ResponseHeaderTimeout: cfg.Server.UpstreamTimeout,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now()}
+	s.cfg.Store(&cfg)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			// Set after hop-by-hop removal, so a client's
+			// "Connection: X-Tenant-Id" cannot make the proxy drop them.
+			if d, ok := admission.FromContext(pr.In.Context()); ok && d.Tenant != nil {
+				pr.Out.Header.Set(admission.HeaderTenantID, d.Tenant.ID)
+				pr.Out.Header.Set(admission.HeaderTenantTier, d.Tenant.Tier)
+			}
+			pr.Out.Header.Set(admission.HeaderRequestID, pr.In.Header.Get(admission.HeaderRequestID))
+		},
+		Transport:    o.Transport,
+		ErrorHandler: s.proxyError,
+		ErrorLog:     slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(echo.WrapMiddleware(s.hygiene))
+	e.Use(gate.Echo())
+	e.Any("/*", echo.WrapHandler(proxy))
+	e.Any("/", echo.WrapHandler(proxy))
+	s.edge = e
+	s.admin = s.adminMux()
+	s.ready.Store(true)
+	return s, nil
+}
+
+// Handler returns the gateway's public handler.
+func (s *Server) Handler() http.Handler { return s.edge }
+
+// AdminHandler returns the admin listener's handler.
+func (s *Server) AdminHandler() http.Handler { return s.admin }
+
+// Gate returns the admission pipeline.
+func (s *Server) Gate() *admission.Gate { return s.gate }
+
+// Reload applies a new config's tenants, tiers and routes to the running
+// server. On error nothing changes. Listen addresses and server timeouts
+// need a restart; a change to them is logged and ignored.
+func (s *Server) Reload(cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	reg, err := tenant.NewRegistry(cfg.Tenants)
+	if err != nil {
+		return err
+	}
+	if err := s.gate.Reload(cfg.Admission, reg); err != nil {
+		return err
+	}
+	old := s.cfg.Swap(&cfg)
+	if old.Listen != cfg.Listen || old.AdminListen != cfg.AdminListen || old.Server != cfg.Server || old.Upstream != cfg.Upstream {
+		s.log.Warn("config reload: listen addresses, upstream and server limits apply after a restart")
+	}
+	return nil
+}
+
+// hygiene is the outermost middleware: a request ID on every response, and
+// the body limit (413 before the pipeline runs when Content-Length already
+// says too much).
+func (s *Server) hygiene(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := admission.NewRequestID()
+		w.Header().Set(admission.HeaderRequestID, id)
+		r.Header.Set(admission.HeaderRequestID, id)
+		max := s.cfg.Load().Server.MaxBodyBytes
+		if r.ContentLength > max {
+			admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{
+				Error: "request_too_large", Layer: "edge", Reason: "body_too_large", RequestID: id,
+				Message: "The request body is larger than this gateway accepts."})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// proxyError maps an upstream failure to the client contract: 413 when the
+// body outgrew the limit while streaming, 504 on an upstream timeout, 502
+// when the upstream could not be reached or broke the response, and a
+// logged 499 when the client went away (nobody reads it).
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	id := w.Header().Get(admission.HeaderRequestID)
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{Error: "request_too_large",
+			Layer: "edge", Reason: "body_too_large", RequestID: id, Message: "The request body is larger than this gateway accepts."})
+	case r.Context().Err() != nil:
+		s.log.Info("client closed request", "request_id", id, "status", admission.StatusClientClosedRequest)
+		w.WriteHeader(admission.StatusClientClosedRequest)
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		s.log.Warn("upstream timeout", "request_id", id, "err", err)
+		admission.WriteError(w, http.StatusGatewayTimeout, &admission.Rejection{Error: "upstream_timeout",
+			Layer: "proxy", Reason: "timeout", RequestID: id, Message: "The upstream did not answer in time."})
+	default:
+		s.log.Warn("upstream error", "request_id", id, "err", err)
+		admission.WriteError(w, http.StatusBadGateway, &admission.Rejection{Error: "bad_gateway",
+			Layer: "proxy", Reason: "upstream_unreachable", RequestID: id, Message: "The upstream could not be reached."})
+	}
+}
+
+func (s *Server) adminMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
+		st, ok := s.gate.TenantState(r.PathValue("id"))
+		if !ok {
+			http.Error(w, "unknown tenant\n", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	})
+	return mux
+}
+
+// SetReady sets what /readyz answers; shutdown clears it first.
+func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
+
+// HTTPServers returns the public and admin http.Servers, configured with
+// the edge's timeouts and limits, for the caller to serve on its listeners.
+func (s *Server) HTTPServers() (public, admin *http.Server) {
+	c := s.cfg.Load().Server
+	public = &http.Server{
+		Handler:           s.edge,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    c.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	admin = &http.Server{Handler: s.admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
+	return public, admin
+}
+
+// Serve serves the gateway on ln and the admin handler on adminLn until ctx
+// is done, then shuts down: /readyz fails first, then the listeners close
+// and in-flight requests get up to drain to finish.
+func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, drain time.Duration) error {
+	pub, adm := s.HTTPServers()
+	errc := make(chan error, 2)
+	go func() { errc <- pub.Serve(ln) }()
+	go func() { errc <- adm.Serve(adminLn) }()
+	select {
+	case err := <-errc:
+		pub.Close()
+		adm.Close()
+		return err
+	case <-ctx.Done():
+	}
+	s.SetReady(false)
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	err := pub.Shutdown(sctx)
+	adm.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

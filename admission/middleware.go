@@ -1,0 +1,220 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Header names the gate sets. Clients' own copies of them (and anything
+// else that looks like a tenant or rate-limit header) are deleted before the
+// pipeline runs, so neither fairgate nor the upstream ever trusts them.
+const (
+	HeaderRequestID  = "X-Request-Id"
+	HeaderTenantID   = "X-Tenant-Id"
+	HeaderTenantTier = "X-Tenant-Tier"
+	HeaderPriority   = "X-Fairgate-Priority"
+)
+
+// Middleware returns the gate as net/http middleware: requests the pipeline
+// admits go on to next with X-Tenant-Id and X-Tenant-Tier set; the others
+// get the client-contract rejection and next never sees them (nor is their
+// body read).
+func (g *Gate) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stripClientHeaders(r.Header)
+		reqID := w.Header().Get(HeaderRequestID)
+		if reqID == "" {
+			reqID = NewRequestID()
+			w.Header().Set(HeaderRequestID, reqID)
+		}
+		d, err := g.Check(r.Context(), Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, RemoteAddr: r.RemoteAddr})
+		if err != nil {
+			// The client went away while we decided; nobody reads this.
+			w.WriteHeader(StatusClientClosedRequest)
+			return
+		}
+		writeRateLimitHeaders(w.Header(), &d)
+		if !d.Allowed {
+			WriteRejection(w, &d, reqID)
+			return
+		}
+		ok := false
+		defer func() { d.Done(ok) }()
+		r.Header.Set(HeaderTenantID, d.Tenant.ID)
+		r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, &d)))
+		ok = r.Context().Err() == nil
+	})
+}
+
+// Echo returns the gate as Echo middleware.
+func (g *Gate) Echo() echo.MiddlewareFunc { return echo.WrapMiddleware(g.Middleware) }
+
+// StatusClientClosedRequest is nginx's 499: the client closed the connection
+// before the response. It is logged, never seen by the client.
+const StatusClientClosedRequest = 499
+
+type decisionKey struct{}
+
+// FromContext returns the decision of the request whose context ctx is, for
+// handlers behind the middleware.
+func FromContext(ctx context.Context) (*Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(*Decision)
+	return d, ok
+}
+
+// stripClientHeaders deletes every header a client might use to pass itself
+// off as a tenant, fake a quota or raise its own priority.
+func stripClientHeaders(h http.Header) {
+	for k := range h {
+		if hasPrefixFold(k, "X-Tenant-") || hasPrefixFold(k, "Ratelimit") ||
+			hasPrefixFold(k, "X-Ratelimit") || strings.EqualFold(k, HeaderPriority) {
+			delete(h, k)
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+func NewRequestID() string {
+	var b [16]byte
+	const hexd = "0123456789abcdef"
+	a, c := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		b[i] = hexd[(a>>(4*i))&0xf]
+		b[8+i] = hexd[(c>>(4*i))&0xf]
+	}
+	return string(b[:])
+}
+
+// Rejection is the JSON body of every rejection.
+type Rejection struct {
+	// Error is "unauthorized", "rate_limited" or "overloaded".
+	Error string `json:"error"`
+	// Message explains the rejection to a person.
+	Message string `json:"message"`
+	// Layer names the pipeline layer that said no.
+	Layer string `json:"layer"`
+	// Reason is the layer's machine word ("tenant_quota", "queue_full", …).
+	Reason string `json:"reason"`
+	// RetryAfter repeats the Retry-After header, in whole seconds.
+	RetryAfter int64 `json:"retry_after"`
+	// RequestID is the X-Request-Id of the request.
+	RequestID string `json:"request_id"`
+}
+
+// WriteRejection writes d's rejection: status, Retry-After and the JSON
+// body. It is the one place a rejection becomes a response.
+func WriteRejection(w http.ResponseWriter, d *Decision, reqID string) {
+	body := Rejection{Layer: d.Layer.String(), Reason: d.Reason, RequestID: reqID}
+	h := w.Header()
+	switch d.Status {
+	case http.StatusUnauthorized:
+		body.Error = "unauthorized"
+		body.Message = "A valid API key is required: send it as \"Authorization: Bearer KEY\" or \"X-API-Key: KEY\"."
+		if d.Reason == "unknown_key" {
+			body.Message = "The API key is not valid."
+		}
+		h.Set("WWW-Authenticate", `Bearer realm="fairgate"`)
+	case http.StatusTooManyRequests:
+		body.Error = "rate_limited"
+		body.RetryAfter = ceilSeconds(d.RetryAfter, 1)
+		body.Message = tooManyMessage(d, body.RetryAfter)
+	default:
+		body.Error = "overloaded"
+		body.RetryAfter = ceilSeconds(d.RetryAfter, 1)
+		body.Message = "The service is overloaded (" + d.Layer.String() + ": " + d.Reason + "); this is not your quota. Retry after " + strconv.FormatInt(body.RetryAfter, 10) + "s."
+	}
+	WriteError(w, d.Status, &body)
+}
+
+// WriteError writes a JSON error body with status, and Retry-After when
+// body.RetryAfter is set. Edge errors (413, 502, 504) use it too, so every
+// error a client sees from fairgate has the same shape.
+func WriteError(w http.ResponseWriter, status int, body *Rejection) {
+	h := w.Header()
+	if body.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(body.RetryAfter, 10))
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(body) // a struct of strings and ints cannot fail
+	w.Write(append(b, '\n'))
+}
+
+func tooManyMessage(d *Decision, retry int64) string {
+	after := " Retry after " + strconv.FormatInt(retry, 10) + "s."
+	switch d.Reason {
+	case "tenant_quota":
+		return "Tenant " + d.Tenant.ID + " is over its " + d.Tenant.Tier + " rate quota (" + d.Route.Name + " costs " + strconv.FormatFloat(d.Route.Cost, 'f', -1, 64) + " tokens)." + after
+	case "group_quota":
+		return "Tenant " + d.Tenant.ID + " is over its quota for " + d.Route.Group + " requests." + after
+	case "too_many_failed_attempts":
+		return "Too many requests without a valid API key from this address." + after
+	case "concurrency":
+		return "Tenant " + d.Tenant.ID + " has too many requests in flight." + after
+	}
+	return "Too many requests." + after
+}
+
+// writeRateLimitHeaders sets the IETF draft's RateLimit-Policy and
+// RateLimit structured fields and the widely deployed RateLimit-Limit,
+// -Remaining and -Reset (for the bucket with the fewest tokens left).
+func writeRateLimitHeaders(h http.Header, d *Decision) {
+	if d.NQuotas == 0 {
+		return
+	}
+	var pol, cur []byte
+	low := 0
+	for i := range d.NQuotas {
+		q := &d.Quotas[i]
+		if q.Name == "" {
+			continue
+		}
+		if len(pol) > 0 {
+			pol = append(pol, ", "...)
+			cur = append(cur, ", "...)
+		}
+		pol = AppendPolicy(pol, q)
+		cur = AppendState(cur, q)
+		if q.Remaining < d.Quotas[low].Remaining {
+			low = i
+		}
+	}
+	q := &d.Quotas[low]
+	h["Ratelimit-Policy"] = []string{string(pol)}
+	h["Ratelimit"] = []string{string(cur)}
+	h["Ratelimit-Limit"] = []string{strconv.FormatInt(int64(q.Limit), 10)}
+	h["Ratelimit-Remaining"] = []string{strconv.FormatInt(int64(q.Remaining), 10)}
+	h["Ratelimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(q.Reset, 0), 10)}
+}
+
+// AppendPolicy appends q as an item of the RateLimit-Policy field:
+// "name";q=LIMIT;w=WINDOW, the window in whole seconds (at least 1).
+func AppendPolicy(b []byte, q *QuotaState) []byte {
+	b = strconv.AppendQuote(b, q.Name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, int64(q.Limit), 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, ceilSeconds(q.Window, 1), 10)
+}
+
+// AppendState appends q as an item of the RateLimit field:
+// "name";r=REMAINING;t=RESET, remaining rounded down, reset in whole seconds
+// rounded up.
+func AppendState(b []byte, q *QuotaState) []byte {
+	b = strconv.AppendQuote(b, q.Name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, int64(q.Remaining), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+}

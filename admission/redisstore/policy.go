@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// FailurePolicy says what a decision is while Redis cannot answer (an error,
+// a missed deadline, or the breaker open). The zero value is Local.
+type FailurePolicy uint8
+
+const (
+	// Local decides on an embedded per-instance store with every quota
+	// divided by Config.Instances: the fleet admits about what Redis would,
+	// without coordination. The default.
+	Local FailurePolicy = iota
+	// FailOpen admits every request: availability over limits.
+	FailOpen
+	// FailClosed rejects every request with an *UnavailableError (a 503
+	// with Retry-After): limits over availability.
+	FailClosed
+)
+
+// String returns the config word for p.
+func (p FailurePolicy) String() string {
+	switch p {
+	case Local:
+		return "local"
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	default:
+		return fmt.Sprintf("FailurePolicy(%d)", uint8(p))
+	}
+}
+
+// MarshalText returns the config word for p.
+func (p FailurePolicy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText parses "local", "fail_open" or "fail_closed" (empty means
+// local) and rejects anything else, so a typo fails at load time.
+func (p *FailurePolicy) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "local", "":
+		*p = Local
+	case "fail_open":
+		*p = FailOpen
+	case "fail_closed":
+		*p = FailClosed
+	default:
+		return fmt.Errorf("redisstore: unknown failure_policy %q (want local, fail_open or fail_closed)", b)
+	}
+	return nil
+}
+
+// Source says where a decision came from.
+type Source uint8
+
+const (
+	// FromRedis is a decision made by the script in Redis.
+	FromRedis Source = iota
+	// FromDenyCache is a denial repeated from the denial cache, without a
+	// Redis call.
+	FromDenyCache
+	// FromPolicy is a decision made by the failure policy because Redis
+	// could not answer; Decide's Outcome names the policy and the cause.
+	FromPolicy
+)
+
+// String returns a metric label for s.
+func (s Source) String() string {
+	switch s {
+	case FromRedis:
+		return "redis"
+	case FromDenyCache:
+		return "deny_cache"
+	case FromPolicy:
+		return "policy"
+	default:
+		return fmt.Sprintf("Source(%d)", uint8(s))
+	}
+}
+
+// Outcome tells the caller how a decision was made.
+type Outcome struct {
+	// Source is where the decision came from.
+	Source Source
+	// Policy is the failure policy applied; meaningful when Source is
+	// FromPolicy.
+	Policy FailurePolicy
+	// Cause is why Redis was not asked or did not answer (a timeout, a
+	// connection error, ErrBreakerOpen); nil unless Source is FromPolicy.
+	Cause error
+}
+
+var (
+	// ErrUnavailable is matched (errors.Is) by the error of a decision
+	// rejected under FailClosed. The admission pipeline maps it to 503 with
+	// Retry-After; errors.As with *UnavailableError gives the delay.
+	ErrUnavailable = errors.New("redisstore: rate store unavailable")
+	// ErrBreakerOpen is the Cause of a policy decision made because the
+	// circuit breaker is open (or half-open and busy probing).
+	ErrBreakerOpen = errors.New("redisstore: circuit breaker open")
+	// ErrInvalidTake is returned for a take whose limit or cost is not
+	// a positive finite number. Config validation makes it impossible; the
+	// Store checks anyway so a bug cannot write NaN into shared state.
+	ErrInvalidTake = errors.New("redisstore: invalid limit or cost")
+	// ErrClosed is returned by decisions made after Close.
+	ErrClosed = errors.New("redisstore: store closed")
+	// errBadReply is wrapped by reply decoding failures.
+	errBadReply = errors.New("redisstore: unexpected script reply")
+)
+
+// UnavailableError is the error of a decision rejected under FailClosed.
+// It matches ErrUnavailable and unwraps to the cause.
+type UnavailableError struct {
+	// RetryAfter is how long a client should wait: the breaker's OpenFor.
+	RetryAfter time.Duration
+	// Cause is why Redis could not decide.
+	Cause error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%v (retry after %v): %v", ErrUnavailable, e.RetryAfter, e.Cause)
+}
+
+// Is reports whether target is ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Cause }

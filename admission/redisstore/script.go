@@ -1,0 +1,126 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/fairgate/fairgate/admission"
+)
+
+//go:embed take.lua
+var takeLua string
+
+// keyPrefix starts every key the store writes.
+const keyPrefix = "fg:{"
+
+// globalTag is the hash tag of the global backstop bucket (BucketKey.Tenant
+// empty). Tenant tags are 32 hex digits, so it cannot collide with one.
+const globalTag = "g"
+
+// maxPlainScope is the longest scope written into a key as it is.
+const maxPlainScope = 64
+
+// bucketKey returns the Redis key of k: "fg:{<tag>}:<scope>".
+//
+// The tag is the first 128 bits of SHA-256(tenant) in hex, or "g" for the
+// global bucket: it contains no brace, so Redis Cluster hashes exactly the
+// tag and every scope of a tenant lives in the tenant's slot, whatever bytes
+// the tenant ID holds. The scope follows the fixed-length tag; it is written
+// as is when it is at most 64 of [A-Za-z0-9._/-], and otherwise as '#' and
+// 128 bits of its SHA-256 in hex. '#' is outside the plain alphabet, so the
+// two forms cannot collide, and no scope can make a key long.
+func bucketKey(k admission.BucketKey) string {
+	tag := globalTag
+	if k.Tenant != "" {
+		tag = hash128(k.Tenant)
+	}
+	scope := k.Scope
+	if !plainScope(scope) {
+		scope = "#" + hash128(scope)
+	}
+	return keyPrefix + tag + "}:" + scope
+}
+
+func hash128(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+func plainScope(s string) bool {
+	if len(s) > maxPlainScope {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '.', c == '_', c == '/', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// reply is the script's answer.
+type reply struct {
+	allowed bool
+	tokens  float64 // after the take
+	nowUS   int64   // the Redis clock the script read, µs
+}
+
+// decodeReply checks the shape of the script's reply: {0|1, "%.17g", µs}.
+func decodeReply(v any) (reply, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 3 {
+		return reply{}, fmt.Errorf("%w: %T %v, want a 3-element array", errBadReply, v, v)
+	}
+	allowed, ok := a[0].(int64)
+	if !ok || (allowed != 0 && allowed != 1) {
+		return reply{}, fmt.Errorf("%w: allowed = %T %v, want 0 or 1", errBadReply, a[0], a[0])
+	}
+	ts, ok := a[1].(string)
+	if !ok {
+		return reply{}, fmt.Errorf("%w: tokens = %T, want a string", errBadReply, a[1])
+	}
+	tokens, err := strconv.ParseFloat(ts, 64)
+	if err != nil || math.IsNaN(tokens) || tokens < 0 {
+		return reply{}, fmt.Errorf("%w: tokens = %q", errBadReply, ts)
+	}
+	now, ok := a[2].(int64)
+	if !ok {
+		return reply{}, fmt.Errorf("%w: now = %T, want an integer", errBadReply, a[2])
+	}
+	return reply{allowed: allowed == 1, tokens: tokens, nowUS: now}, nil
+}
+
+// result derives the Result from the script's reply exactly as
+// admission's bucket.take does from the same tokens.
+func (r reply) result(l admission.Limit, cost float64) admission.Result {
+	res := admission.Result{Allowed: r.allowed, Remaining: r.tokens}
+	if !r.allowed {
+		res.RetryAfter = secondsToDuration((cost - r.tokens) / l.Rate)
+	}
+	res.ResetAfter = secondsToDuration((l.Burst - r.tokens) / l.Rate)
+	return res
+}
+
+// secondsToDuration rounds s seconds up to a Duration, as admission does,
+// so a client told to wait that long finds the tokens there.
+func secondsToDuration(s float64) time.Duration {
+	if s <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(s * 1e9))
+}
+
+// validTake reports whether l and cost are positive finite numbers.
+func validTake(l admission.Limit, cost float64) bool {
+	ok := func(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
+	return ok(l.Rate) && ok(l.Burst) && ok(cost)
+}

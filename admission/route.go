@@ -1,0 +1,141 @@
+package admission
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/fairgate/fairgate/shed"
+)
+
+// RouteConfig describes one route: a method and a path template, its cost in
+// tokens and how critical it is.
+type RouteConfig struct {
+	// Method is the HTTP method ("GET", "POST", …) or "*" for any.
+	Method string `yaml:"method"`
+	// Path is a template: literal segments, "{name}" for any one segment,
+	// and a final "*" for any remainder ("/api/v1/users/{id}",
+	// "/static/*"). Buckets and metrics are keyed by the template, never by
+	// the raw path.
+	Path string `yaml:"path"`
+	// Cost is the number of tokens a request takes. Must be >= 1 and no
+	// larger than any tier's burst. Zero means 1.
+	Cost float64 `yaml:"cost"`
+	// Criticality is critical, default or sheddable. Default: default.
+	Criticality shed.Criticality `yaml:"criticality"`
+	// Group, when set, charges the route also to the tenant's bucket for
+	// that group, whose quota each tier sets under tiers.NAME.groups.
+	Group string `yaml:"group"`
+	// Pool, when set, sends the route to its own bulkhead pool instead of
+	// the tier's.
+	Pool string `yaml:"pool"`
+}
+
+// Route is a compiled RouteConfig. Routes are shared and must not be
+// modified.
+type Route struct {
+	// Name is "METHOD /template", the label used in metrics and spans.
+	Name        string
+	Method      string
+	Template    string
+	Cost        float64
+	Criticality shed.Criticality
+	Group       string
+	Pool        string
+	segs        []string // template segments; anySegment matches any one
+	rest        bool     // a final "*" matches the remainder
+}
+
+// unmatchedName is the route of requests that match no configured route:
+// cost 1, default criticality, one metric label however many paths there are.
+const unmatchedName = "unmatched"
+
+func compileRoute(rc RouteConfig, i int) (*Route, error) {
+	f := fmt.Sprintf("routes[%d]", i)
+	m := strings.ToUpper(strings.TrimSpace(rc.Method))
+	if m == "" {
+		return nil, fmt.Errorf("%s.method: required (GET, POST, … or *)", f)
+	}
+	for _, c := range m {
+		if !(c >= 'A' && c <= 'Z' || c == '*') {
+			return nil, fmt.Errorf("%s.method: %q is not an HTTP method", f, rc.Method)
+		}
+	}
+	if !strings.HasPrefix(rc.Path, "/") {
+		return nil, fmt.Errorf("%s.path: must start with '/' (got %q)", f, rc.Path)
+	}
+	cost := rc.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	if !(cost >= 1) || cost > 1e9 {
+		return nil, fmt.Errorf("%s.cost: must be >= 1 (tokens)", f)
+	}
+	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost,
+		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool}
+	parts := strings.Split(strings.TrimPrefix(rc.Path, "/"), "/")
+	for j, p := range parts {
+		switch {
+		case p == "*" && j == len(parts)-1:
+			r.rest = true
+		case strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") && len(p) > 2:
+			r.segs = append(r.segs, anySegment)
+		case strings.ContainsAny(p, "{}*"):
+			return nil, fmt.Errorf("%s.path: segment %q: use {name} for one segment or a final * for the rest", f, p)
+		default:
+			r.segs = append(r.segs, p)
+		}
+	}
+	return r, nil
+}
+
+// match reports whether the route matches method and path. It allocates
+// nothing.
+func (r *Route) match(method, path string) bool {
+	if r.Method != "*" && r.Method != method {
+		return false
+	}
+	if path == "" || path[0] != '/' {
+		return false
+	}
+	rest, ended := path[1:], false
+	for _, seg := range r.segs {
+		if ended {
+			return false
+		}
+		part := rest
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			part, rest = rest[:j], rest[j+1:]
+		} else {
+			rest, ended = "", true
+		}
+		if seg == anySegment {
+			if part == "" {
+				return false
+			}
+		} else if part != seg {
+			return false
+		}
+	}
+	if r.rest {
+		return !ended
+	}
+	return ended
+}
+
+// anySegment marks a "{name}" template segment.
+const anySegment = "\x00"
+
+// routeTable matches requests to routes, first configured first.
+type routeTable struct {
+	routes    []*Route
+	unmatched *Route
+}
+
+func (t *routeTable) lookup(method, path string) *Route {
+	for _, r := range t.routes {
+		if r.match(method, path) {
+			return r
+		}
+	}
+	return t.unmatched
+}

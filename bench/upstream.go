@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// UpstreamConfig is the capacity model of the synthetic upstream.
+type UpstreamConfig struct {
+	// Connections is the size of the simulated database pool: at most this
+	// many requests are served at once, the rest wait. Default 16.
+	Connections int
+	// ServiceTime maps a path prefix to the mean time a request holds a
+	// connection. Paths matching none take DefaultServiceTime. Nil means
+	// the demo routes: users/me 5 ms, search 20 ms, reports/export 300 ms.
+	ServiceTime map[string]time.Duration
+	// DefaultServiceTime is the service time of other paths. Default 5 ms.
+	DefaultServiceTime time.Duration
+	// Jitter is the relative spread of service times: each request takes
+	// mean × (1 ± Jitter), uniformly. Default 0.2; negative means none.
+	Jitter float64
+}
+
+// DemoServiceTimes are the service times of the demo API's routes.
+func DemoServiceTimes() map[string]time.Duration {
+	return map[string]time.Duration{
+		"/api/v1/users/me":       5 * time.Millisecond,
+		"/api/v1/search":         20 * time.Millisecond,
+		"/api/v1/reports/export": 300 * time.Millisecond,
+	}
+}
+
+// Upstream is a synthetic API with a real capacity limit: requests queue
+// for one of a fixed number of connections, then hold it for their service
+// time. Overload therefore produces queueing and timeouts, as in
+// production.
+type Upstream struct {
+	cfg     UpstreamConfig
+	conns   chan struct{}
+	waiting atomic.Int64
+	served  atomic.Int64
+	seen    atomic.Int64
+}
+
+// NewUpstream returns an Upstream with cfg's zero fields defaulted.
+func NewUpstream(cfg UpstreamConfig) *Upstream {
+	if cfg.Connections <= 0 {
+		cfg.Connections = 16
+	}
+	if cfg.ServiceTime == nil {
+		cfg.ServiceTime = DemoServiceTimes()
+	}
+	if cfg.DefaultServiceTime <= 0 {
+		cfg.DefaultServiceTime = 5 * time.Millisecond
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = 0.2
+	}
+	return &Upstream{cfg: cfg, conns: make(chan struct{}, cfg.Connections)}
+}
+
+// Stats are the upstream's counters.
+type UpstreamStats struct {
+	// Seen counts requests received, Served those that got a connection
+	// and finished; Waiting and InUse are gauges.
+	Seen, Served, Waiting, InUse int64
+}
+
+// Stats returns the upstream's counters.
+func (u *Upstream) Stats() UpstreamStats {
+	return UpstreamStats{Seen: u.seen.Load(), Served: u.served.Load(), Waiting: u.waiting.Load(), InUse: int64(len(u.conns))}
+}
+
+// ServeHTTP serves one request: wait for a connection, hold it for the
+// route's service time, answer with a small JSON document.
+func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.seen.Add(1)
+	ctx := r.Context()
+	start := time.Now()
+	u.waiting.Add(1)
+	select {
+	case u.conns <- struct{}{}:
+		u.waiting.Add(-1)
+	case <-ctx.Done():
+		u.waiting.Add(-1)
+		return
+	}
+	wait := time.Since(start)
+	d := u.serviceTime(r.URL.Path)
+	ok := sleep(ctx, d)
+	<-u.conns
+	if !ok {
+		return
+	}
+	u.served.Add(1)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"tenant":     r.Header.Get("X-Tenant-Id"),
+		"tier":       r.Header.Get("X-Tenant-Tier"),
+		"path":       r.URL.Path,
+		"db_wait_ms": float64(wait.Microseconds()) / 1000,
+		"service_ms": float64(d.Microseconds()) / 1000,
+	})
+}
+
+func (u *Upstream) serviceTime(path string) time.Duration {
+	mean := u.cfg.DefaultServiceTime
+	best := 0
+	for prefix, d := range u.cfg.ServiceTime {
+		if strings.HasPrefix(path, prefix) && len(prefix) > best {
+			mean, best = d, len(prefix)
+		}
+	}
+	if u.cfg.Jitter > 0 {
+		mean = time.Duration(float64(mean) * (1 + u.cfg.Jitter*(2*rand.Float64()-1)))
+	}
+	return mean
+}
+
+// sleep waits d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

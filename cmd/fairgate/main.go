@@ -1,0 +1,249 @@
+// Command fairgate is the admission-control and load-shedding gateway.
+//
+//	fairgate serve --config FILE     run the gateway
+//	fairgate demo                    run the gateway and a demo API, embedded store
+//	fairgate demo-upstream           run only the demo API
+//	fairgate check-config FILE       validate a config file
+//	fairgate hash-key                read an API key on stdin, print its hash
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/bench"
+	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/tenant"
+)
+
+const usage = `fairgate: admission control and load shedding for multi-tenant HTTP APIs
+
+Usage:
+  fairgate serve --config FILE      run the gateway in front of the config's upstream
+  fairgate demo [--listen ADDR]     run the gateway and a built-in demo API (embedded store)
+  fairgate demo-upstream [--listen ADDR]
+                                    run only the demo API (for serve with the demo config)
+  fairgate check-config FILE        validate a config file; non-zero exit on error
+  fairgate hash-key                 read an API key on stdin, print the hash for the config
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "demo":
+		err = demo(ctx, args[1:], stdout, stderr)
+	case "demo-upstream":
+		err = demoUpstream(ctx, args[1:], stdout, stderr)
+	case "check-config":
+		err = checkConfig(args[1:], stdout)
+	case "hash-key":
+		err = hashKey(stdin, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "fairgate: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fairgate %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	path := fs.String("config", "", "config file (YAML)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	drain := fs.Duration("drain", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return errors.New("--config FILE is required")
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	cfg, err := gateway.Load(*path)
+	if err != nil {
+		return err
+	}
+	srv, err := gateway.New(cfg, gateway.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	go reloadOnHUP(ctx, log, *path, srv)
+	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, *drain)
+}
+
+// reloadOnHUP reloads the config file on SIGHUP. A bad file keeps the old
+// config and logs the field-level error.
+func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, srv *gateway.Server) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			cfg, err := gateway.Load(path)
+			if err == nil {
+				err = srv.Reload(cfg)
+			}
+			if err != nil {
+				log.Error("config reload failed; keeping the old config", "err", err.Error())
+				continue
+			}
+			log.Info("config reloaded", "path", path)
+		}
+	}
+}
+
+func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, addr, adminAddr string, drain time.Duration) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	aln, err := net.Listen("tcp", adminAddr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("fairgate listening", "addr", ln.Addr().String(), "admin", aln.Addr().String())
+	return srv.Serve(ctx, ln, aln, drain)
+}
+
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8080", "gateway address")
+	admin := fs.String("admin-listen", "127.0.0.1:9090", "admin address (health, metrics)")
+	upAddr := fs.String("upstream-listen", "127.0.0.1:8081", "demo API address")
+	level := fs.String("log-level", "warn", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	cfg, err := gateway.Parse(examples.Demo)
+	if err != nil {
+		return fmt.Errorf("deploy/examples/demo.yaml: %w", err)
+	}
+	uln, err := net.Listen("tcp", *upAddr)
+	if err != nil {
+		return err
+	}
+	up := &http.Server{Handler: bench.NewUpstream(bench.UpstreamConfig{Connections: 16}), ReadHeaderTimeout: 5 * time.Second}
+	go up.Serve(uln)
+	defer up.Close()
+	cfg.Upstream = "http://" + uln.Addr().String()
+	cfg.Listen, cfg.AdminListen = *listen, *admin
+	srv, err := gateway.New(cfg, gateway.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, `fairgate demo: gateway on http://%[1]s, admin on http://%[2]s, demo API (16 connections) on %[3]s
+
+Demo API keys:
+  acme     enterprise  demo-enterprise-key
+  globex   pro         demo-pro-key
+  initech  starter     demo-starter-key
+
+Try:
+  curl -i -H 'Authorization: Bearer demo-starter-key' http://%[1]s/api/v1/users/me
+  for i in $(seq 30); do curl -s -o /dev/null -w '%%{http_code} ' -H 'Authorization: Bearer demo-starter-key' http://%[1]s/api/v1/search; done; echo
+  curl -i -H 'Authorization: Bearer demo-enterprise-key' http://%[1]s/api/v1/users/me
+  curl -s http://%[2]s/admin/tenants/initech
+
+Ctrl-C stops it.
+`, *listen, *admin, uln.Addr())
+	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, 5*time.Second)
+}
+
+func demoUpstream(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("demo-upstream", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8081", "address")
+	conns := fs.Int("connections", 16, "simulated database connections")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: bench.NewUpstream(bench.UpstreamConfig{Connections: *conns}), ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintf(stdout, "demo API (%d connections) on http://%s\n", *conns, ln.Addr())
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func checkConfig(args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("usage: fairgate check-config FILE")
+	}
+	cfg, err := gateway.Load(args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d tiers, %d tenants, %d routes)\n", args[0], len(cfg.Tenants.Tiers), len(cfg.Tenants.Tenants), len(cfg.Admission.Routes))
+	return nil
+}
+
+func hashKey(stdin io.Reader, stdout io.Writer) error {
+	line, err := bufio.NewReader(io.LimitReader(stdin, tenant.MaxKeyLen+2)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	key := strings.TrimRight(line, "\r\n")
+	if key == "" {
+		return errors.New("no key on stdin (try: printf %s KEY | fairgate hash-key)")
+	}
+	fmt.Fprintln(stdout, tenant.HashKey(key))
+	return nil
+}

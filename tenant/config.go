@@ -1,0 +1,197 @@
+package tenant
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Config is the tenant part of the config file: tiers and tenants.
+type Config struct {
+	// Tiers maps a tier name to its quotas.
+	Tiers map[string]TierConfig `yaml:"tiers"`
+	// Tenants lists the tenants and their API keys' hashes.
+	Tenants []TenantConfig `yaml:"tenants"`
+}
+
+// TierConfig is the quota every tenant of a tier gets unless its own entry
+// overrides it.
+type TierConfig struct {
+	// Rate is the sustained rate in tokens per second. Must be > 0.
+	Rate float64 `yaml:"rate"`
+	// Burst is the bucket size in tokens. Must be > 0; a route whose cost
+	// is above it could never pass, which the gateway rejects at load.
+	Burst float64 `yaml:"burst"`
+	// MaxConcurrent caps one tenant's requests in flight across the
+	// gateway. Zero means no cap.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// Rank orders tiers when the gateway sheds load: a higher rank is shed
+	// later. Zero is the lowest. Must be in [0, 4].
+	Rank int `yaml:"rank"`
+	// Pool names the bulkhead pool this tier's requests use. Empty means a
+	// pool named like the tier.
+	Pool string `yaml:"pool"`
+	// Groups gives the tier a quota per route group: a route with a group
+	// is charged to the tenant's bucket and to its bucket for that group.
+	Groups map[string]Quota `yaml:"groups"`
+}
+
+// Quota is a rate in tokens per second and a burst in tokens.
+type Quota struct {
+	Rate  float64 `yaml:"rate"`
+	Burst float64 `yaml:"burst"`
+}
+
+// TenantConfig is one tenant.
+type TenantConfig struct {
+	// ID names the tenant in logs, spans, metrics, headers and store keys:
+	// 1 to 64 characters of letters, digits, '.', '_' and '-'.
+	ID string `yaml:"id"`
+	// Tier is the name of one of the configured tiers.
+	Tier string `yaml:"tier"`
+	// APIKeysSHA256 holds the hex SHA-256 of each of the tenant's API keys
+	// (`fairgate hash-key` prints it). An optional "sha256:" prefix is
+	// accepted. Never the raw key.
+	APIKeysSHA256 []string `yaml:"api_keys_sha256"`
+	// Rate, Burst and MaxConcurrent override the tier's values when set.
+	Rate          *float64 `yaml:"rate,omitempty"`
+	Burst         *float64 `yaml:"burst,omitempty"`
+	MaxConcurrent *int     `yaml:"max_concurrent,omitempty"`
+}
+
+// MaxRank is the highest tier rank.
+const MaxRank = 4
+
+// Validate checks c and returns every problem found, each naming its field
+// (for example "tiers.pro.rate: must be > 0").
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	if len(c.Tiers) == 0 {
+		bad("tiers", "at least one tier is required")
+	}
+	for _, name := range sortedKeys(c.Tiers) {
+		t := c.Tiers[name]
+		f := "tiers." + name
+		if !validID(name) {
+			bad(f, "tier name must be 1-64 letters, digits, '.', '_' or '-'")
+		}
+		if !(t.Rate > 0) || t.Rate > 1e9 {
+			bad(f+".rate", "must be > 0 (tokens per second)")
+		}
+		if !(t.Burst > 0) || t.Burst > 1e12 {
+			bad(f+".burst", "must be > 0 (tokens)")
+		}
+		if t.MaxConcurrent < 0 {
+			bad(f+".max_concurrent", "must be >= 0 (0 means no cap)")
+		}
+		if t.Rank < 0 || t.Rank > MaxRank {
+			bad(f+".rank", "must be in [0, %d]", MaxRank)
+		}
+		for _, g := range sortedKeys(t.Groups) {
+			q := t.Groups[g]
+			if !validID(g) {
+				bad(f+".groups."+g, "group name must be 1-64 letters, digits, '.', '_' or '-'")
+			}
+			if !(q.Rate > 0) {
+				bad(f+".groups."+g+".rate", "must be > 0 (tokens per second)")
+			}
+			if !(q.Burst > 0) {
+				bad(f+".groups."+g+".burst", "must be > 0 (tokens)")
+			}
+		}
+	}
+	ids := map[string]int{}
+	hashes := map[[32]byte]string{}
+	for i, tc := range c.Tenants {
+		f := fmt.Sprintf("tenants[%d]", i)
+		if !validID(tc.ID) {
+			bad(f+".id", "must be 1-64 letters, digits, '.', '_' or '-' (got %q)", clip(tc.ID))
+		} else {
+			f = fmt.Sprintf("tenants[%d] (%s)", i, tc.ID)
+			if j, dup := ids[tc.ID]; dup {
+				bad(f+".id", "duplicate tenant: also tenants[%d]", j)
+			}
+			ids[tc.ID] = i
+		}
+		if _, ok := c.Tiers[tc.Tier]; !ok {
+			bad(f+".tier", "unknown tier %q (have %s)", clip(tc.Tier), strings.Join(sortedKeys(c.Tiers), ", "))
+		}
+		if len(tc.APIKeysSHA256) == 0 {
+			bad(f+".api_keys_sha256", "at least one key hash is required")
+		}
+		for j, h := range tc.APIKeysSHA256 {
+			sum, err := ParseKeyHash(h)
+			if err != nil {
+				bad(fmt.Sprintf("%s.api_keys_sha256[%d]", f, j), "%v", err)
+				continue
+			}
+			if other, dup := hashes[sum]; dup {
+				bad(fmt.Sprintf("%s.api_keys_sha256[%d]", f, j), "duplicate key hash: also used by %s", other)
+			}
+			hashes[sum] = tc.ID
+		}
+		if tc.Rate != nil && !(*tc.Rate > 0) {
+			bad(f+".rate", "must be > 0 (tokens per second)")
+		}
+		if tc.Burst != nil && !(*tc.Burst > 0) {
+			bad(f+".burst", "must be > 0 (tokens)")
+		}
+		if tc.MaxConcurrent != nil && *tc.MaxConcurrent < 0 {
+			bad(f+".max_concurrent", "must be >= 0 (0 means no cap)")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseKeyHash parses a hex SHA-256 as written in the config.
+func ParseKeyHash(s string) ([32]byte, error) {
+	var sum [32]byte
+	s = strings.TrimPrefix(s, "sha256:")
+	if len(s) != 64 {
+		return sum, fmt.Errorf("want 64 hex digits of a SHA-256 (fairgate hash-key prints it), got %d characters", len(s))
+	}
+	if _, err := hex.Decode(sum[:], []byte(s)); err != nil {
+		return sum, fmt.Errorf("not hex: %v", err)
+	}
+	return sum, nil
+}
+
+// validID reports whether s is a safe identifier: it may appear in a header,
+// a log line, a metric label or a store key as it is.
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidID reports whether s may be a tenant, tier, group or pool name.
+func ValidID(s string) bool { return validID(s) }
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return slices.Clip(keys)
+}

@@ -1,0 +1,138 @@
+package tenant
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"strings"
+)
+
+// Tenant is a configured tenant with its quotas resolved (tier values with
+// the tenant's overrides applied). A *Tenant from a Registry is shared and
+// must not be modified.
+type Tenant struct {
+	ID   string
+	Tier string
+	// Rate (tokens per second) and Burst (tokens) of the tenant's bucket.
+	Rate, Burst float64
+	// MaxConcurrent caps the tenant's requests in flight; 0 means no cap.
+	MaxConcurrent int
+	// Rank is the tier's shedding rank (higher is shed later).
+	Rank int
+	// Pool is the bulkhead pool of the tenant's tier.
+	Pool string
+	// Groups holds the tier's per-route-group quotas.
+	Groups map[string]Quota
+}
+
+// Registry finds tenants by API key and by ID. It is immutable once built,
+// so it is safe for concurrent use; a config reload builds a new one.
+type Registry struct {
+	byHash map[[32]byte]keyEntry
+	byID   map[string]*Tenant
+	tiers  map[string]TierConfig
+}
+
+// NewRegistry validates c and builds a Registry from it.
+func NewRegistry(c Config) (*Registry, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Registry{byHash: map[[32]byte]keyEntry{}, byID: map[string]*Tenant{}, tiers: c.Tiers}
+	for _, tc := range c.Tenants {
+		tier := c.Tiers[tc.Tier]
+		t := &Tenant{ID: tc.ID, Tier: tc.Tier, Rate: tier.Rate, Burst: tier.Burst,
+			MaxConcurrent: tier.MaxConcurrent, Rank: tier.Rank, Pool: tier.Pool, Groups: tier.Groups}
+		if t.Pool == "" {
+			t.Pool = tc.Tier
+		}
+		if tc.Rate != nil {
+			t.Rate = *tc.Rate
+		}
+		if tc.Burst != nil {
+			t.Burst = *tc.Burst
+		}
+		if tc.MaxConcurrent != nil {
+			t.MaxConcurrent = *tc.MaxConcurrent
+		}
+		for _, h := range tc.APIKeysSHA256 {
+			sum, _ := ParseKeyHash(h) // checked by Validate
+			r.byHash[sum] = keyEntry{sum: sum, t: t}
+		}
+		r.byID[t.ID] = t
+	}
+	return r, nil
+}
+
+// Lookup returns the tenant whose API key is key. The key is hashed at once
+// and not kept.
+func (r *Registry) Lookup(key string) (*Tenant, bool) {
+	sum := sha256.Sum256([]byte(key))
+	e, ok := r.byHash[sum]
+	// The map found e by the hash; the map's own key comparison may stop at
+	// the first differing byte, so confirm in constant time as well. The
+	// hash is what an attacker would have to steer, and cannot.
+	if !ok || subtle.ConstantTimeCompare(e.sum[:], sum[:]) != 1 {
+		return nil, false
+	}
+	return e.t, true
+}
+
+type keyEntry struct {
+	sum [32]byte
+	t   *Tenant
+}
+
+// ByID returns the tenant with the given ID.
+func (r *Registry) ByID(id string) (*Tenant, bool) {
+	t, ok := r.byID[id]
+	return t, ok
+}
+
+// Tenants returns every configured tenant, in no particular order.
+func (r *Registry) Tenants() []*Tenant {
+	out := make([]*Tenant, 0, len(r.byID))
+	for _, t := range r.byID {
+		out = append(out, t)
+	}
+	return out
+}
+
+// Tiers returns the configured tiers. The map must not be modified.
+func (r *Registry) Tiers() map[string]TierConfig { return r.tiers }
+
+// HashKey returns the hex SHA-256 of an API key, as the config holds it.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// MaxKeyLen is the longest API key ExtractKey accepts.
+const MaxKeyLen = 256
+
+// ExtractKey returns the API key a request presents: the token of an
+// "Authorization: Bearer" header, else the X-API-Key header. It returns false
+// when there is none, or when it is longer than MaxKeyLen or holds anything
+// but visible ASCII (such a key cannot be one of ours).
+func ExtractKey(h http.Header) (string, bool) {
+	var key string
+	if a := h.Get("Authorization"); a != "" {
+		const prefix = "bearer "
+		if len(a) <= len(prefix) || !strings.EqualFold(a[:len(prefix)], prefix) {
+			return "", false
+		}
+		key = strings.TrimLeft(a[len(prefix):], " ")
+	} else {
+		key = h.Get("X-API-Key")
+	}
+	if key == "" || len(key) > MaxKeyLen {
+		return "", false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] <= ' ' || key[i] > '~' {
+			return "", false
+		}
+	}
+	return key, true
+}
