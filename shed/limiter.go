@@ -9,8 +9,13 @@ import (
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 )
 
-// cutFactor is the factor by which a slow call cuts the ceiling.
-const cutFactor = 0.9
+const (
+	// cutFactor is the factor by which a slow call cuts the ceiling.
+	cutFactor = 0.9
+	// maxLimitFactor is failsafe-go's default: the gradient's limit stays
+	// within 5 times the calls in flight.
+	maxLimitFactor = 5
+)
 
 // Limiter is an adaptive limit on the total number of concurrent upstream
 // calls. See the package doc for how it learns and how it is guarded.
@@ -64,6 +69,11 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 	}
 	l.inner = adaptivelimiter.NewBuilder[any]().
 		WithLimits(uint(cfg.Min), uint(cfg.Max), uint(cfg.Initial)).
+		// Keep the gradient under the ceiling too, so that it does not
+		// climb on the fast calls alone while slow ones hold it down.
+		WithMaxLimitFunc(func(inflight int) float64 {
+			return min(maxLimitFactor*float64(inflight), float64(l.ceilingInt.Load()))
+		}).
 		Build()
 	l.innerLimit.Store(int64(cfg.Initial))
 	l.ceilingInt.Store(int64(cfg.Max))

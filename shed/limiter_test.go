@@ -1,0 +1,257 @@
+package shed
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// upstream simulates a server with capacity concurrent workers: a call
+// takes base while at most capacity calls are in flight, and its latency
+// rises sharply beyond (each call over capacity adds base·overloadSlope/
+// capacity, queueing in the server).
+type upstream struct {
+	base     time.Duration
+	capacity atomic.Int64
+	inflight atomic.Int64
+	slowAll  atomic.Int64 // if non-zero, every call takes this long
+}
+
+const overloadSlope = 8
+
+func (u *upstream) call() {
+	c := u.inflight.Add(1)
+	defer u.inflight.Add(-1)
+	lat := u.base
+	if n := u.capacity.Load(); c > n {
+		lat += time.Duration(float64(u.base) * overloadSlope * float64(c-n) / float64(n))
+	}
+	if s := u.slowAll.Load(); s != 0 {
+		lat = time.Duration(s)
+	}
+	time.Sleep(lat)
+}
+
+// drive runs clients closed-loop callers against l and u until stop is
+// closed: each acquires a permit (waiting retry when refused), calls u and
+// records the permit.
+func drive(l *Limiter, u *upstream, clients int, retry time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+	return driveWith(l, clients, retry, stop, func(p Permit) { u.call(); p.Record() })
+}
+
+// driveWith is drive with the call and the release given by call.
+func driveWith(l *Limiter, clients int, retry time.Duration, stop <-chan struct{}, call func(Permit)) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, ok := l.TryAcquire()
+				if !ok {
+					time.Sleep(retry)
+					continue
+				}
+				call(p)
+			}
+		})
+	}
+	return &wg
+}
+
+// meanLimit samples l.Limit() every step for d and returns the mean.
+func meanLimit(l *Limiter, d, step time.Duration) float64 {
+	var sum, n float64
+	for range d / step {
+		time.Sleep(step)
+		sum += float64(l.Limit())
+		n++
+	}
+	return sum / n
+}
+
+func TestLimiterDiscoversCapacity(t *testing.T) {
+	// The limit settles within [0.75·N, 1.35·N] of the upstream's capacity
+	// N. Below N the gradient sees latency at its baseline and raises the
+	// limit; above, latency rises by 8·base per N extra calls, and the limit
+	// comes down to where latency reaches MaxLatency (1.25·N here) or
+	// below. When N drops, it is the MaxLatency ceiling that brings the
+	// limit down: the gradient alone lets its baseline drift up to the new
+	// latency and holds (see TestLimiterIncident for that weakness).
+	const (
+		loMargin, hiMargin = 0.75, 1.35
+		base               = 20 * time.Millisecond
+		phase              = 30 * time.Second
+		settle             = 10 * time.Second // the mean is taken over a phase's last 10s
+	)
+	synctest.Test(t, func(t *testing.T) {
+		var changes atomic.Int64
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 200, Initial: 5, MaxLatency: 3 * base}, // latency reaches MaxLatency at 1.25·N
+			OnLimitChange(func(int) { changes.Add(1) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &upstream{base: base}
+		stop := make(chan struct{})
+		wg := drive(l, u, 60, base/2, stop)
+		for _, n := range []int64{20, 10, 20} {
+			u.capacity.Store(n)
+			time.Sleep(phase - settle)
+			got := meanLimit(l, settle, 100*time.Millisecond)
+			t.Logf("capacity %d: mean limit %.1f over the last %v", n, got, settle)
+			if lo, hi := loMargin*float64(n), hiMargin*float64(n); got < lo || got > hi {
+				t.Errorf("capacity %d: mean limit %.1f, want in [%.1f, %.1f]", n, got, lo, hi)
+			}
+		}
+		close(stop)
+		wg.Wait()
+		if changes.Load() == 0 {
+			t.Error("OnLimitChange was never called")
+		}
+	})
+}
+
+// incidentLimit runs clients against an upstream whose every call takes
+// slow for the whole of incident, after a healthy warm-up, and returns the
+// mean limit over the incident's last half.
+func incidentLimit(t *testing.T, maxLatency time.Duration) float64 {
+	t.Helper()
+	const base = 20 * time.Millisecond
+	var got float64
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 200, Initial: 20, MaxLatency: maxLatency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &upstream{base: base}
+		u.capacity.Store(1000) // never the bottleneck: the upstream is slow, not saturated
+		stop := make(chan struct{})
+		wg := drive(l, u, 40, base/2, stop)
+		time.Sleep(20 * time.Second)
+		u.slowAll.Store(int64(6 * base))
+		time.Sleep(30 * time.Second)
+		got = meanLimit(l, 30*time.Second, 100*time.Millisecond)
+		close(stop)
+		wg.Wait()
+	})
+	return got
+}
+
+func TestLimiterIncident(t *testing.T) {
+	// A minute-long incident where every call takes 6·base (beyond
+	// MaxLatency = 3·base) must hold the limit down for its whole length:
+	// the slow calls are never learnt as the new baseline.
+	const base = 20 * time.Millisecond
+	guarded := incidentLimit(t, 3*base)
+	t.Logf("guarded: mean limit %.1f over the incident's second half", guarded)
+	if guarded > 2 {
+		t.Errorf("guarded: mean limit %.1f in a long incident, want <= 2 (min is 1)", guarded)
+	}
+	// Negative control: with no effective MaxLatency the gradient's
+	// baseline drifts up to the incident's latency and the limit climbs
+	// back.
+	drifted := incidentLimit(t, time.Hour)
+	t.Logf("unguarded: mean limit %.1f", drifted)
+	if drifted < 4*guarded {
+		t.Errorf("unguarded: mean limit %.1f, want well above the guarded %.1f (drift not reproduced)", drifted, guarded)
+	}
+}
+
+// timeoutLimit runs clients of which every other call hangs until the
+// client's timeout (6·base) and is dropped, and returns the highest limit
+// seen in the last 20s of a 40s run.
+func timeoutLimit(t *testing.T, maxLatency time.Duration) int {
+	t.Helper()
+	const base = 20 * time.Millisecond
+	peak := 0
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 200, Initial: 20, MaxLatency: maxLatency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n atomic.Int64
+		stop := make(chan struct{})
+		wg := driveWith(l, 100, base/2, stop, func(p Permit) {
+			if n.Add(1)%2 == 0 {
+				time.Sleep(6 * base) // the client's timeout fires
+				p.Drop()
+				return
+			}
+			time.Sleep(base)
+			p.Record()
+		})
+		time.Sleep(20 * time.Second)
+		for range 200 {
+			time.Sleep(100 * time.Millisecond)
+			peak = max(peak, l.Limit())
+		}
+		close(stop)
+		wg.Wait()
+	})
+	return peak
+}
+
+func TestLimiterSteadyTimeouts(t *testing.T) {
+	// Half the calls time out and are dropped (the caller cannot tell a
+	// timeout from a slow upstream). The fast half must not let the limit
+	// creep up: it stays at or below its initial 20.
+	const base = 20 * time.Millisecond
+	guarded := timeoutLimit(t, 3*base)
+	t.Logf("guarded: peak limit %d", guarded)
+	if guarded > 20 {
+		t.Errorf("guarded: peak limit %d under steady timeouts, want <= 20 (initial)", guarded)
+	}
+	// Negative control: without the guard, dropped timeouts teach nothing
+	// and the fast calls raise the limit well past its initial value.
+	crept := timeoutLimit(t, time.Hour)
+	t.Logf("unguarded: peak limit %d", crept)
+	if crept <= 2*20 {
+		t.Errorf("unguarded: peak limit %d, want > 40 (creep not reproduced)", crept)
+	}
+}
+
+func TestPermitReleasedExactlyOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 2, Max: 2, Initial: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, ok1 := l.TryAcquire()
+		b, ok2 := l.TryAcquire()
+		if !ok1 || !ok2 {
+			t.Fatalf("TryAcquire twice under limit 2 = %v, %v; want true, true", ok1, ok2)
+		}
+		if p, ok := l.TryAcquire(); ok {
+			p.Drop()
+			t.Fatal("third TryAcquire under limit 2 succeeded")
+		}
+		copyOfA := a
+		a.Record()
+		a.Record()
+		a.Drop()
+		copyOfA.Drop()
+		if got, want := l.Inflight(), 1; got != want {
+			t.Fatalf("Inflight after releasing one permit four ways = %d, want %d", got, want)
+		}
+		b.Drop()
+		b.Record()
+		Permit{}.Record()
+		Permit{}.Drop()
+		if got := l.Inflight(); got != 0 {
+			t.Fatalf("Inflight after releasing both = %d, want 0", got)
+		}
+		for range 2 {
+			if _, ok := l.TryAcquire(); !ok {
+				t.Fatal("TryAcquire after release failed: a double release corrupted the count")
+			}
+		}
+		if _, ok := l.TryAcquire(); ok {
+			t.Fatal("TryAcquire over the limit succeeded: a double release freed an extra slot")
+		}
+	})
+}
