@@ -1,0 +1,292 @@
+package bulkhead
+
+// Fairness simulations in the manner of Kubernetes' queueset tests: each
+// scenario plays open-loop traffic against Pools on synctest's fake clock,
+// states the share each tenant should get, and checks it within a margin.
+// Each claim has a negative control, the same scenario without the
+// mechanism (FIFO instead of fair queuing, one shared pool instead of
+// bulkheads, no borrowing), which must fail the same check.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// arrival is one request of a scenario.
+type arrival struct {
+	at         time.Duration // from the scenario's start
+	pool, flow string
+	service    time.Duration // how long it holds its seat
+}
+
+// openLoop returns arrivals every interval in [from, until), whatever
+// happened to the earlier ones, as a flood or a steady client does.
+func openLoop(pool, flow string, from, until, every, service time.Duration) []arrival {
+	var out []arrival
+	for at := from; at < until; at += every {
+		out = append(out, arrival{at: at, pool: pool, flow: flow, service: service})
+	}
+	return out
+}
+
+// flowReport sums up one flow's requests.
+type flowReport struct {
+	sent, served, rejected int
+	totalWait, maxWait     time.Duration
+}
+
+func (r flowReport) completion() float64 { return float64(r.served) / float64(r.sent) }
+
+func (r flowReport) meanWait() time.Duration {
+	if r.served == 0 {
+		return 0
+	}
+	return r.totalWait / time.Duration(r.served)
+}
+
+func (r flowReport) String() string {
+	return fmt.Sprintf("served %d/%d (%.1f%%), rejected %d, wait mean %v max %v",
+		r.served, r.sent, 100*r.completion(), r.rejected, r.meanWait(), r.maxWait)
+}
+
+// sample is the pools' gauges at one instant.
+type sample struct {
+	at    time.Duration
+	pools map[string]PoolStats
+}
+
+// play runs arrivals against ps and returns a report per flow and the
+// gauges sampled every 10ms. It must run in a synctest bubble. It checks
+// that every gauge is back to zero at the end.
+func play(t *testing.T, ps *Pools, arrivals []arrival) (map[string]flowReport, []sample) {
+	t.Helper()
+	start := time.Now()
+	var (
+		mu      sync.Mutex
+		reports = map[string]flowReport{}
+		wg      sync.WaitGroup
+	)
+	end := time.Duration(0)
+	for _, a := range arrivals {
+		end = max(end, a.at)
+		wg.Go(func() {
+			time.Sleep(a.at)
+			seat, err := ps.Acquire(context.Background(), a.pool, a.flow, 1)
+			mu.Lock()
+			r := reports[a.flow]
+			r.sent++
+			if err == nil {
+				r.served++
+				r.totalWait += seat.Waited()
+				r.maxWait = max(r.maxWait, seat.Waited())
+			} else {
+				r.rejected++
+			}
+			reports[a.flow] = r
+			mu.Unlock()
+			if err == nil {
+				time.Sleep(a.service)
+				seat.Release()
+			}
+		})
+	}
+	var samples []sample
+	wg.Go(func() {
+		for time.Since(start) < end {
+			time.Sleep(10*time.Millisecond + time.Millisecond/3) // off the arrivals' grid
+			s := sample{at: time.Since(start), pools: map[string]PoolStats{}}
+			for _, name := range ps.Names() {
+				s.pools[name], _ = ps.Stats(name)
+			}
+			samples = append(samples, s)
+		}
+	})
+	wg.Wait()
+	checkDrained(t, ps)
+	return reports, samples
+}
+
+// meanOf averages f over the samples taken in [from, until).
+func meanOf(samples []sample, from, until time.Duration, f func(sample) int) float64 {
+	sum, n := 0, 0
+	for _, s := range samples {
+		if s.at >= from && s.at < until {
+			sum += f(s)
+			n++
+		}
+	}
+	return float64(sum) / float64(n)
+}
+
+// heavyVsLight: one pool of 4 seats (40 requests/s of 100ms). heavy floods
+// at 200/s, five times capacity; light sends 5/s, a demand of half a seat,
+// below its fair share of 2 seats, so it should get all of it: ≥ 99%.
+// heavy should get the rest, 35/s, within 10%.
+func heavyVsLight(t *testing.T, fifo bool) (light, heavy flowReport) {
+	ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 20, MaxWait: 500 * time.Millisecond})
+	ps.fifo = fifo
+	arrivals := append(
+		openLoop("p", "heavy", 0, 10*time.Second, 5*time.Millisecond, 100*time.Millisecond),
+		openLoop("p", "light", 2500*time.Microsecond, 10*time.Second, 200*time.Millisecond, 100*time.Millisecond)...)
+	reports, _ := play(t, ps, arrivals)
+	return reports["light"], reports["heavy"]
+}
+
+func lightGetsItsDemand(light flowReport) bool { return light.completion() >= 0.99 }
+
+func TestFairnessHeavyVsLight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		light, heavy := heavyVsLight(t, false)
+		t.Logf("light: %v", light)
+		t.Logf("heavy: %v", heavy)
+		if !lightGetsItsDemand(light) {
+			t.Errorf("light completed %.1f%% of its demand; want ≥ 99%%", 100*light.completion())
+		}
+		// heavy's fair share: capacity less light's demand, 35/s for 10s,
+		// plus what its queue holds at the end.
+		if want := 350; heavy.served < want*9/10 || heavy.served > want*11/10+20 {
+			t.Errorf("heavy served %d; want %d within 10%% (+ its final queue)", heavy.served, want)
+		}
+	})
+}
+
+func TestFairnessHeavyVsLightFailsWithFIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		light, _ := heavyVsLight(t, true)
+		t.Logf("light under FIFO: %v", light)
+		if lightGetsItsDemand(light) {
+			t.Errorf("with FIFO ordering light still completed %.1f%%: the fairness check cannot fail", 100*light.completion())
+		}
+	})
+}
+
+// tierTraffic: enterprise sends bursts of 6 requests of 100ms every 500ms;
+// starter, when flooding, sends a 2s export every 20ms (100 seats' worth).
+func tierTraffic(pools map[string]string, flood bool) []arrival {
+	var out []arrival
+	for at := time.Duration(0); at < 10*time.Second; at += 500 * time.Millisecond {
+		for i := range 6 {
+			out = append(out, arrival{at: at + time.Duration(i)*time.Microsecond + 7*time.Millisecond,
+				pool: pools["enterprise"], flow: "enterprise", service: 100 * time.Millisecond})
+		}
+	}
+	if flood {
+		out = append(out, openLoop(pools["starter"], "starter", 0, 10*time.Second, 20*time.Millisecond, 2*time.Second)...)
+	}
+	return out
+}
+
+// tiered is the bulkhead layout: 4 seats each; enterprise lends nothing, so
+// its seats are there when its bursts come.
+func tiered(t *testing.T) (*Pools, map[string]string) {
+	return newPools(t, 8, map[string]PoolConfig{
+		"enterprise": {Share: 1, QueueLength: 20, MaxWait: time.Second},
+		"starter":    {Share: 1, LendablePercent: 50, QueueLength: 20, MaxWait: time.Second},
+	}), map[string]string{"enterprise": "enterprise", "starter": "starter"}
+}
+
+// shared is bulkheads off: both tiers in one pool of the same 8 seats,
+// still fair-queued across tenants.
+func shared(t *testing.T) (*Pools, map[string]string) {
+	return onePool(t, 8, PoolConfig{Share: 1, QueueLength: 40, MaxWait: time.Second}),
+		map[string]string{"enterprise": "p", "starter": "p"}
+}
+
+// enterpriseBaseline is enterprise's traffic alone in its own pool: 4 of a
+// burst's 6 served at once, 2 after 100ms.
+func enterpriseBaseline(t *testing.T) flowReport {
+	ps, names := tiered(t)
+	reports, _ := play(t, ps, tierTraffic(names, false))
+	return reports["enterprise"]
+}
+
+func enterpriseIsolated(flooded, baseline flowReport) bool {
+	return flooded.rejected == 0 && flooded.meanWait() <= 2*baseline.meanWait()
+}
+
+func TestIsolationTiers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		baseline := enterpriseBaseline(t)
+		ps, names := tiered(t)
+		reports, _ := play(t, ps, tierTraffic(names, true))
+		t.Logf("enterprise alone:   %v", baseline)
+		t.Logf("enterprise flooded: %v", reports["enterprise"])
+		t.Logf("starter flooding:   %v", reports["starter"])
+		if !enterpriseIsolated(reports["enterprise"], baseline) {
+			t.Errorf("enterprise under the starter flood: %v; want no rejection and mean wait ≤ 2 × %v",
+				reports["enterprise"], baseline.meanWait())
+		}
+		// starter's fair share: its own 4 seats (it borrows nothing) of
+		// 2s each for 10s, about 20, plus what its queue holds at the end.
+		if got := reports["starter"].served; got < 20 || got > 26 {
+			t.Errorf("starter served %d; want about 20 (4 seats × 10s ÷ 2s) plus its final queue", got)
+		}
+	})
+}
+
+func TestIsolationTiersFailsWithoutBulkheads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		baseline := enterpriseBaseline(t)
+		ps, names := shared(t)
+		reports, _ := play(t, ps, tierTraffic(names, true))
+		t.Logf("enterprise flooded in one shared pool: %v", reports["enterprise"])
+		if enterpriseIsolated(reports["enterprise"], baseline) {
+			t.Errorf("without bulkheads enterprise still isolated (%v): the isolation check cannot fail", reports["enterprise"])
+		}
+	})
+}
+
+// borrowing: pools a and b, 4 seats each, lending and borrowing all. For
+// 2s a asks for 8 seats (80/s of 100ms) while b is idle, so a's fair share
+// is all 8; then b asks for its 4 (40/s) and a keeps asking for 8, so each
+// should hold its own 4.
+func borrowing(t *testing.T, borrowingPercent int) (map[string]flowReport, []sample) {
+	ps := newPools(t, 8, map[string]PoolConfig{
+		"a": {Share: 1, LendablePercent: 100, BorrowingPercent: borrowingPercent, QueueLength: 50, MaxWait: time.Second},
+		"b": {Share: 1, LendablePercent: 100, BorrowingPercent: 100, QueueLength: 50, MaxWait: time.Second},
+	})
+	arrivals := append(
+		openLoop("a", "a", 0, 4*time.Second, 12500*time.Microsecond, 100*time.Millisecond),
+		openLoop("b", "b", 2*time.Second+3*time.Millisecond, 4*time.Second, 25*time.Millisecond, 100*time.Millisecond)...)
+	return play(t, ps, arrivals)
+}
+
+func aInFlight(s sample) int { return s.pools["a"].InFlight }
+func aBorrowed(s sample) int { return s.pools["a"].Borrowed }
+func idleSeatsUsed(samples []sample) bool {
+	return meanOf(samples, 300*time.Millisecond, 2*time.Second, aInFlight) >= 7.5
+}
+
+func TestBorrowingUsesIdleSeatsAndReturnsThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reports, samples := borrowing(t, 100)
+		t.Logf("a: %v", reports["a"])
+		t.Logf("b: %v", reports["b"])
+		if !idleSeatsUsed(samples) {
+			t.Errorf("while b is idle a holds %.2f seats on average; want ≥ 7.5 of 8",
+				meanOf(samples, 300*time.Millisecond, 2*time.Second, aInFlight))
+		}
+		// Once b's traffic arrives, the seats come back within one
+		// service time (100ms) and b gets its demand.
+		if got := meanOf(samples, 2200*time.Millisecond, 4*time.Second, aBorrowed); got > 0.5 {
+			t.Errorf("after b's traffic arrived a still borrows %.2f seats on average; want ≤ 0.5", got)
+		}
+		if b := reports["b"]; b.completion() < 0.99 || b.maxWait > 100*time.Millisecond {
+			t.Errorf("b: %v; want ≥ 99%% served, none waiting over 100ms", b)
+		}
+	})
+}
+
+func TestBorrowingFailsWithoutBorrowing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, samples := borrowing(t, 0)
+		if idleSeatsUsed(samples) {
+			t.Errorf("with borrowing off a still held %.2f seats: the borrowing check cannot fail",
+				meanOf(samples, 300*time.Millisecond, 2*time.Second, aInFlight))
+		}
+	})
+}
