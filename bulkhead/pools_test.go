@@ -150,13 +150,21 @@ func TestPoolsWaitTimeoutAndDeadline(t *testing.T) {
 	})
 }
 
+// twoQueued holds the only seat of a new pool and queues two requests
+// behind it, the first with a context that cancel cancels.
+func twoQueued(t *testing.T) (ps *Pools, held Seat, cancel func(), first, second <-chan result) {
+	t.Helper()
+	ps = onePool(t, 1, PoolConfig{Share: 1, QueueLength: 4, MaxWait: time.Minute})
+	held = mustAcquire(t, ps, "p", "a")
+	ctx, cancel := context.WithCancel(t.Context())
+	first = acquireAsync(ctx, ps, "p", "b")
+	second = acquireAsync(context.Background(), ps, "p", "c")
+	return ps, held, cancel, first, second
+}
+
 func TestPoolsCancelWhileQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ps := onePool(t, 1, PoolConfig{Share: 1, QueueLength: 4, MaxWait: time.Minute})
-		held := mustAcquire(t, ps, "p", "a")
-		ctx, cancel := context.WithCancel(context.Background())
-		queued := acquireAsync(ctx, ps, "p", "b")
-		next := acquireAsync(context.Background(), ps, "p", "c")
+		ps, held, cancel, queued, next := twoQueued(t)
 		if st := stats(t, ps, "p"); st.Queued != 2 {
 			t.Fatalf("Queued = %d; want 2", st.Queued)
 		}
@@ -182,11 +190,7 @@ func TestPoolsCancelWhileQueued(t *testing.T) {
 // is not served and the seat goes to the next in line.
 func TestPoolsCancelRacingGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ps := onePool(t, 1, PoolConfig{Share: 1, QueueLength: 4, MaxWait: time.Minute})
-		held := mustAcquire(t, ps, "p", "a")
-		ctx, cancel := context.WithCancel(context.Background())
-		first := acquireAsync(ctx, ps, "p", "b")
-		second := acquireAsync(context.Background(), ps, "p", "c")
+		ps, held, cancel, first, second := twoQueued(t)
 		held.Release() // grants first ...
 		cancel()       // ... which gives up before it runs
 		if r := <-first; !errors.Is(r.err, context.Canceled) || r.seat != (Seat{}) {
