@@ -18,8 +18,8 @@ const capShards = 64
 //
 // Caps is safe for concurrent use. Create one with [NewCaps].
 type Caps struct {
+	shards [capShards]capShard // first, so shards start on cache lines
 	seed   maphash.Seed
-	shards [capShards]capShard
 }
 
 type capShard struct {
