@@ -4,6 +4,9 @@ import (
 	"errors"
 	"sort"
 	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 func TestPriorityForOrdering(t *testing.T) {
@@ -129,5 +132,22 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := NewShedder(SheddingConfig{CalibrationInterval: -1}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("NewShedder(bad) error = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestConfigYAML(t *testing.T) {
+	var got struct {
+		Adaptive AdaptiveConfig `yaml:"adaptive"`
+		Shedding SheddingConfig `yaml:"shedding"`
+	}
+	doc := "adaptive: {min: 2, max: 300, initial: 30, max_latency: 750ms}\nshedding: {calibration_interval: 2s, max_retry_after: 1m}\n"
+	if err := yaml.Unmarshal([]byte(doc), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (AdaptiveConfig{Min: 2, Max: 300, Initial: 30, MaxLatency: 750 * time.Millisecond}); got.Adaptive != want {
+		t.Errorf("adaptive = %+v, want %+v", got.Adaptive, want)
+	}
+	if want := (SheddingConfig{CalibrationInterval: 2 * time.Second, MaxRetryAfter: time.Minute}); got.Shedding != want {
+		t.Errorf("shedding = %+v, want %+v", got.Shedding, want)
 	}
 }

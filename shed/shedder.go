@@ -1,7 +1,6 @@
 package shed
 
 import (
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,11 +8,13 @@ import (
 
 const (
 	// minAdmit is the smallest fraction of traffic the Shedder admits, so
-	// that it keeps seeing utilisation and can scale admission back up.
+	// that it keeps measuring the upstream and can scale admission back up.
 	minAdmit = 0.01
-	// fillEps is the smoothed queue fill below which the queue counts as
-	// empty.
-	fillEps = 0.01
+	// queueTarget is the queue fill the Shedder aims to keep under
+	// overload: enough queued work to keep every slot busy (goodput)
+	// through bursts, far enough from full that the pools rarely reject at
+	// random.
+	queueTarget = 0.25
 	// fracOne is the fixed-point unit of the fraction of the threshold
 	// level that is rejected.
 	fracOne = 1 << 16
@@ -24,14 +25,17 @@ const (
 type Pressure struct {
 	// Queued is the number of requests waiting in the pools' queues.
 	Queued int
-	// QueueCap is the pools' total queue capacity. With no queue
-	// (QueueCap 0), a saturated limit counts as a full queue.
+	// QueueCap is the pools' total queue capacity, 0 for none.
 	QueueCap int
 	// Inflight is the number of requests being served upstream.
 	Inflight int
 	// Limit is the total concurrency limit (the adaptive limit, or the
 	// fixed total).
 	Limit int
+	// Completed is the number of upstream calls finished since start, a
+	// counter that only grows. The Shedder measures the upstream's
+	// throughput from it.
+	Completed uint64
 }
 
 // utilisation returns Inflight/Limit in [0, 1].
@@ -42,29 +46,22 @@ func (p Pressure) utilisation() float64 {
 	return min(1, float64(p.Inflight)/float64(p.Limit))
 }
 
-// fill returns Queued/QueueCap in [0, 1].
-func (p Pressure) fill() float64 {
-	switch {
-	case p.QueueCap > 0:
-		return min(1, float64(p.Queued)/float64(p.QueueCap))
-	case p.Limit > 0 && p.Inflight >= p.Limit:
-		return 1
-	}
-	return 0
-}
-
 // Shedder rejects the least important requests under genuine overload. It
 // keeps a threshold: Admit rejects a priority below it, rejects a fixed
-// fraction of the priority at it, and admits a priority above it.
+// fraction of the priority at it (evenly spread, not at random), and admits
+// a priority above it, so a higher priority is never shed while a lower one
+// is admitted.
 //
-// The threshold is recomputed once per calibration interval from the
-// pressure the caller reports with Observe (sooner when the queue is full,
-// or when the pressure has clearly gone). It is chosen so that the fraction
-// of the last interval's requests it would reject equals the fraction the
-// overload calls for, taken from the lowest priorities up. That fraction is
-// adjusted multiplicatively: divided by (1 + queue fill) while the queue is
-// not empty, scaled up to fill the idle share of the limit while it is. A
-// Shedder with no pressure, or with no Observe calls, sheds nothing.
+// Once per calibration interval it measures, over the interval, the demand
+// (Admit calls per second) and the upstream's capacity (completions per
+// second, divided by the mean share of the limit in use), and admits the
+// fraction of demand that the capacity serves while the queue drains to a
+// quarter full within one interval. The threshold is then the level below
+// which that fraction of recent requests lies, lowest levels first. A full
+// queue (the pools rejecting whatever its priority) recalibrates sooner,
+// after a tenth of the interval, and so does an idle limit with an empty
+// queue while shedding (the overload has gone). A Shedder that is told of
+// no pressure sheds nothing.
 //
 // A Shedder is safe for concurrent use; Admit takes no lock. Build one with
 // [NewShedder].
@@ -77,13 +74,15 @@ type Shedder struct {
 	atThreshold atomic.Uint64 // Admit calls at the threshold level, for the partial rejection
 
 	mu       sync.Mutex
-	started  bool      // guarded by mu
-	admit    float64   // fraction of traffic to admit, in [minAdmit, 1]; guarded by mu
-	util     float64   // smoothed Inflight/Limit; guarded by mu
-	fillAvg  float64   // smoothed Queued/QueueCap; guarded by mu
-	lastSeen time.Time // last Observe; guarded by mu
-	lastCal  time.Time // last calibration; guarded by mu
-	counts   [levels]int64
+	started  bool            // guarded by mu
+	admit    float64         // fraction of demand admitted, in [minAdmit, 1]; guarded by mu
+	winStart time.Time       // start of the measuring window; guarded by mu
+	winDone  uint64          // Completed at winStart; guarded by mu
+	capacity float64         // upstream throughput estimate, calls/s, 0 until measured; guarded by mu
+	busy     float64         // integral of utilisation over the window, in seconds; guarded by mu
+	last     Pressure        // latest observation; guarded by mu
+	lastSeen time.Time       // when last was observed; guarded by mu
+	recent   [levels]float64 // Admit calls per priority, halved at each calibration; guarded by mu
 }
 
 // shedState is the decision state Admit reads, replaced whole at each
@@ -112,9 +111,10 @@ func NewShedder(cfg SheddingConfig) (*Shedder, error) {
 }
 
 // Admit reports whether a request of priority p may proceed and, if not,
-// when the client should retry (at least the calibration interval, longer
-// the more traffic is being shed, at most MaxRetryAfter). Priorities outside
-// [MinPriority, MaxPriority] count as the nearest bound. Admit never blocks.
+// when the client should retry: the calibration interval divided by the
+// fraction of demand still admitted (the deeper the overload, the longer),
+// at most MaxRetryAfter. Priorities outside [MinPriority, MaxPriority] count
+// as the nearest bound. Admit never blocks and takes no lock.
 func (s *Shedder) Admit(p Priority) (ok bool, retryAfter time.Duration) {
 	if s.disabled {
 		return true, 0
@@ -147,79 +147,91 @@ func (s *Shedder) Threshold() Priority {
 }
 
 // Observe records the pressure seen at now and recomputes the threshold if
-// a calibration is due. Call it at least once per calibration interval
-// while there is traffic (on every request, or from a ticker); a Shedder
-// that is not told about pressure sheds nothing.
+// a calibration is due. Call it often, at least a few times per
+// calibration interval while there is traffic (on every request, or from a
+// ticker at a tenth of the interval): utilisation is averaged over the
+// observations.
 func (s *Shedder) Observe(now time.Time, p Pressure) {
 	if s.disabled {
 		return
 	}
-	u, q := p.utilisation(), p.fill()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.started {
 		s.started = true
-		s.util, s.fillAvg = u, q
-		s.lastSeen, s.lastCal = now, now
+		s.winStart, s.winDone = now, p.Completed
+		s.last, s.lastSeen = p, now
 		return
 	}
 	if dt := now.Sub(s.lastSeen); dt > 0 {
-		// Exponential smoothing over a tenth of the interval: the recent
-		// past, without the noise of a single instant.
-		w := 1 - math.Exp(-float64(dt)/float64(s.interval/10))
-		s.util += (u - s.util) * w
-		s.fillAvg += (q - s.fillAvg) * w
+		s.busy += s.last.utilisation() * dt.Seconds()
 		s.lastSeen = now
 	}
-	since := now.Sub(s.lastCal)
-	early := since >= s.interval/10 && (q >= 1 || // the pools are rejecting at random
-		s.admit < 1 && s.fillAvg <= fillEps && s.util <= s.admit) // the overload has gone
-	if since >= s.interval || early {
+	s.last = p
+	since := now.Sub(s.winStart)
+	full := p.QueueCap > 0 && p.Queued >= p.QueueCap
+	gone := s.admit < 1 && p.Queued == 0 && p.Inflight < p.Limit
+	if since >= s.interval || since >= s.interval/10 && (full || gone) {
 		s.calibrateLocked(now)
 	}
 }
 
-// calibrateLocked recomputes the admitted fraction and the threshold.
-// s.mu must be held.
+// calibrateLocked recomputes the admitted fraction and the threshold from
+// the window that ends at now, and starts the next window. s.mu must be
+// held.
 func (s *Shedder) calibrateLocked(now time.Time) {
-	s.lastCal = now
-	switch {
-	case s.fillAvg > fillEps:
-		s.admit /= 1 + s.fillAvg
-	case s.util <= 0:
-		s.admit = 1
-	default:
-		s.admit = min(1, s.admit/s.util)
-	}
-	s.admit = max(s.admit, minAdmit)
-
+	span := now.Sub(s.winStart).Seconds()
 	var total int64
 	for i := range s.attempts {
-		s.counts[i] = s.attempts[i].Swap(0)
-		total += s.counts[i]
+		c := s.attempts[i].Swap(0)
+		s.recent[i] = s.recent[i]/2 + float64(c)
+		total += c
 	}
+	util := s.busy / span
+	switch {
+	case total == 0 || util <= 0 || s.last.Completed < s.winDone:
+		s.admit = 1 // no demand, nothing in flight, or the counter was reset
+	default:
+		demand := float64(total) / span
+		measured := float64(s.last.Completed-s.winDone) / span / util
+		if w := min(1, span/s.interval.Seconds()); s.capacity > 0 {
+			// A short window (an early calibration) is weighed by its
+			// length against the previous estimate.
+			measured = s.capacity*(1-w) + measured*w
+		}
+		s.capacity = measured
+		capacity := measured
+		excess := float64(s.last.Queued) - queueTarget*float64(s.last.QueueCap)
+		s.admit = min(1, max(minAdmit, (capacity-excess/s.interval.Seconds())/demand))
+	}
+	s.winStart, s.winDone, s.busy = now, s.last.Completed, 0
+
 	st := &shedState{}
-	if s.admit < 1 && total > 0 {
-		st = thresholdFor(s.counts[:], total, 1-s.admit)
+	if s.admit < 1 {
+		st = thresholdFor(s.recent[:], 1-s.admit)
 		st.retryAfter = min(s.maxRetry, time.Duration(float64(s.interval)/s.admit))
 	}
 	s.state.Store(st)
 }
 
 // thresholdFor returns the threshold that rejects the fraction r of the
-// requests counted per level in counts (total in all), lowest levels first.
-func thresholdFor(counts []int64, total int64, r float64) *shedState {
-	target := r * float64(total)
+// requests counted per level in counts, lowest levels first.
+func thresholdFor(counts []float64, r float64) *shedState {
+	var total float64
+	for _, c := range counts {
+		total += c
+	}
+	target := r * total
 	var below float64
 	for level, c := range counts {
 		if c == 0 {
 			continue
 		}
-		if below+float64(c) > target {
-			f := (target - below) / float64(c)
+		if below+c > target {
+			f := (target - below) / c
 			return &shedState{threshold: Priority(level), reject: uint64(min(f*fracOne, fracOne-1))}
 		}
-		below += float64(c)
+		below += c
 	}
 	return &shedState{threshold: MaxPriority, reject: fracOne - 1}
 }
