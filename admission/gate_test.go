@@ -1,0 +1,281 @@
+package admission
+
+import (
+	"context"
+	"github.com/fairgate/fairgate/internal/fakeclock"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/tenant"
+)
+
+func testRegistry(t testing.TB) *tenant.Registry {
+	t.Helper()
+	reg, err := tenant.NewRegistry(tenant.Config{
+		Tiers: map[string]tenant.TierConfig{
+			"enterprise": {Rate: 100, Burst: 500},
+			"starter": {Rate: 5, Burst: 25, Groups: map[string]tenant.Quota{
+				"exports": {Rate: 0.5, Burst: 40},
+			}},
+		},
+		Tenants: []tenant.TenantConfig{
+			{ID: "acme", Tier: "enterprise", APIKeysSHA256: []string{tenant.HashKey("ent-key")}},
+			{ID: "initech", Tier: "starter", APIKeysSHA256: []string{tenant.HashKey("start-key")}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func testConfig() Config {
+	return Config{Routes: []RouteConfig{
+		{Method: "GET", Path: "/api/v1/users/me", Cost: 1},
+		{Method: "GET", Path: "/api/v1/search", Cost: 5},
+		{Method: "POST", Path: "/api/v1/reports/export", Cost: 20, Group: "exports"},
+	}}
+}
+
+func req(key, method, path string) Request {
+	h := http.Header{}
+	if key != "" {
+		h.Set("Authorization", "Bearer "+key)
+	}
+	return Request{Method: method, Path: path, Header: h, RemoteAddr: "192.0.2.7:5555"}
+}
+
+func mustCheck(t *testing.T, g *Gate, r Request) Decision {
+	t.Helper()
+	d, err := g.Check(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed {
+		d.Done(true)
+	}
+	return d
+}
+
+func TestGateRateLayer(t *testing.T) {
+	clk := fakeclock.New()
+	g, err := New(testConfig(), testRegistry(t), Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The starter's burst of 25 allows five searches (cost 5), then 429.
+	for i := range 5 {
+		if d := mustCheck(t, g, req("start-key", "GET", "/api/v1/search")); !d.Allowed {
+			t.Fatalf("search %d rejected: %+v", i, d)
+		}
+	}
+	d := mustCheck(t, g, req("start-key", "GET", "/api/v1/search"))
+	if d.Allowed || d.Status != 429 || d.Layer != LayerRate || d.Reason != "tenant_quota" {
+		t.Fatalf("6th search: %+v, want 429 from rate", d)
+	}
+	if d.RetryAfter != time.Second { // 5 tokens at 5/s
+		t.Fatalf("RetryAfter = %v, want 1s", d.RetryAfter)
+	}
+	// The enterprise tenant is unaffected at the same instant.
+	if d := mustCheck(t, g, req("ent-key", "GET", "/api/v1/search")); !d.Allowed {
+		t.Fatalf("enterprise rejected: %+v", d)
+	}
+	// One second later the bucket holds 5 tokens again: one search.
+	clk.Advance(time.Second)
+	if d := mustCheck(t, g, req("start-key", "GET", "/api/v1/search")); !d.Allowed {
+		t.Fatalf("after refill: %+v", d)
+	}
+	if d := mustCheck(t, g, req("start-key", "GET", "/api/v1/users/me")); d.Allowed {
+		t.Fatalf("bucket should be empty: %+v", d)
+	}
+}
+
+func TestGateRouteGroup(t *testing.T) {
+	clk := fakeclock.New()
+	g, err := New(testConfig(), testRegistry(t), Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An export costs 20: the group's burst of 40 allows two, but the
+	// tenant's burst of 25 allows only one.
+	if d := mustCheck(t, g, req("start-key", "POST", "/api/v1/reports/export")); !d.Allowed || d.NQuotas != 2 {
+		t.Fatalf("first export: %+v", d)
+	}
+	d := mustCheck(t, g, req("start-key", "POST", "/api/v1/reports/export"))
+	if d.Allowed || d.Reason != "tenant_quota" {
+		t.Fatalf("second export: %+v, want tenant_quota", d)
+	}
+	// The denied export still took its 20 from the group (no refunds: see
+	// Gate.rate), so ten seconds later the tenant is full but the group
+	// holds only 5.
+	clk.Advance(10 * time.Second)
+	d = mustCheck(t, g, req("start-key", "POST", "/api/v1/reports/export"))
+	if d.Allowed || d.Reason != "group_quota" {
+		t.Fatalf("third export: %+v, want group_quota", d)
+	}
+}
+
+func TestGateGlobalBackstop(t *testing.T) {
+	clk := fakeclock.New()
+	cfg := testConfig()
+	cfg.Global = &tenant.Quota{Rate: 10, Burst: 30}
+	g, err := New(cfg, testRegistry(t), Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		mustCheck(t, g, req("ent-key", "GET", "/api/v1/search"))
+	}
+	d := mustCheck(t, g, req("ent-key", "GET", "/api/v1/search"))
+	if d.Allowed || d.Status != 503 || d.Reason != "global_backstop" || d.RetryAfter <= 0 {
+		t.Fatalf("7th search: %+v, want 503 global_backstop", d)
+	}
+}
+
+func TestGateUnauthenticated(t *testing.T) {
+	clk := fakeclock.New()
+	g, err := New(testConfig(), testRegistry(t), Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := mustCheck(t, g, req("", "GET", "/x")); d.Status != 401 || d.Reason != "missing_key" {
+		t.Fatalf("no key: %+v", d)
+	}
+	for range 9 {
+		if d := mustCheck(t, g, req("guess", "GET", "/x")); d.Status != 401 || d.Reason != "unknown_key" {
+			t.Fatalf("bad key: %+v", d)
+		}
+	}
+	d := mustCheck(t, g, req("guess", "GET", "/x"))
+	if d.Status != 429 || d.Layer != LayerIdentify || d.RetryAfter != time.Second {
+		t.Fatalf("11th failed attempt: %+v, want 429 after 1s", d)
+	}
+	// A valid key from the same address still works.
+	if d := mustCheck(t, g, req("ent-key", "GET", "/api/v1/users/me")); !d.Allowed {
+		t.Fatalf("valid key from a guessing IP: %+v", d)
+	}
+}
+
+func TestGateReloadKeepsBuckets(t *testing.T) {
+	clk := fakeclock.New()
+	g, err := New(testConfig(), testRegistry(t), Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		mustCheck(t, g, req("start-key", "GET", "/api/v1/search"))
+	}
+	bad := testConfig()
+	bad.Routes[0].Cost = 1000 // above every burst
+	if err := g.Reload(bad, testRegistry(t)); err == nil || !strings.Contains(err.Error(), "routes[0].cost") {
+		t.Fatalf("Reload(bad) = %v, want a routes[0].cost error", err)
+	}
+	if d := mustCheck(t, g, req("start-key", "GET", "/api/v1/users/me")); d.Allowed {
+		t.Fatal("a failed reload reset the bucket")
+	}
+	if err := g.Reload(testConfig(), testRegistry(t)); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustCheck(t, g, req("start-key", "GET", "/api/v1/users/me")); d.Allowed {
+		t.Fatal("a reload reset the bucket")
+	}
+}
+
+func TestMiddlewareContract(t *testing.T) {
+	clk := fakeclock.New()
+	g, err := New(testConfig(), testRegistry(t), Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Int32
+	var gotTenant string
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		gotTenant = r.Header.Get(HeaderTenantID)
+		w.WriteHeader(204)
+	}))
+	do := func(key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/api/v1/search", nil)
+		r.Header.Set("X-API-Key", key)
+		r.Header.Set("X-Tenant-Id", "acme")
+		r.Header.Set("RateLimit-Remaining", "9999")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	w := do("start-key")
+	if w.Code != 204 || gotTenant != "initech" {
+		t.Fatalf("admitted: %d tenant %q", w.Code, gotTenant)
+	}
+	if got, want := w.Header().Get("RateLimit-Policy"), `"tenant";q=25;w=5`; got != want {
+		t.Fatalf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got, want := w.Header().Get("RateLimit"), `"tenant";r=20;t=1`; got != want {
+		t.Fatalf("RateLimit = %q, want %q", got, want)
+	}
+	for range 4 {
+		do("start-key")
+	}
+	w = do("start-key")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "1" || w.Header().Get("RateLimit-Remaining") != "0" {
+		t.Fatalf("rejected: %d %v", w.Code, w.Header())
+	}
+	if !strings.Contains(w.Body.String(), `"layer":"rate"`) || !strings.Contains(w.Body.String(), `"error":"rate_limited"`) {
+		t.Fatalf("body %s", w.Body)
+	}
+	if seen.Load() != 5 {
+		t.Fatalf("handler saw %d requests, want 5", seen.Load())
+	}
+}
+
+// benchRegistry has quotas high enough that every benchmarked check is
+// admitted: the full path.
+func benchRegistry(b *testing.B) *tenant.Registry {
+	reg, err := tenant.NewRegistry(tenant.Config{
+		Tiers:   map[string]tenant.TierConfig{"enterprise": {Rate: 1e9, Burst: 1e12, Groups: map[string]tenant.Quota{"exports": {Rate: 1e9, Burst: 1e12}}}},
+		Tenants: []tenant.TenantConfig{{ID: "acme", Tier: "enterprise", APIKeysSHA256: []string{tenant.HashKey("ent-key")}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return reg
+}
+
+func BenchmarkGateCheck(b *testing.B) {
+	g, err := New(testConfig(), benchRegistry(b), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := req("ent-key", "GET", "/api/v1/users/me")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d, _ := g.Check(context.Background(), r)
+			if !d.Allowed {
+				b.Fatal("rejected")
+			}
+			d.Done(true)
+		}
+	})
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	g, err := New(testConfig(), benchRegistry(b), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := httptest.NewRequest("GET", "/api/v1/users/me", nil)
+		for pb.Next() {
+			r.Header = http.Header{"Authorization": {"Bearer ent-key"}}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+		}
+	})
+}

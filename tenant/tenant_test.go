@@ -1,0 +1,137 @@
+package tenant
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func validConfig() Config {
+	return Config{
+		Tiers: map[string]TierConfig{
+			"pro":     {Rate: 20, Burst: 100, MaxConcurrent: 4, Rank: 1},
+			"starter": {Rate: 5, Burst: 25},
+		},
+		Tenants: []TenantConfig{
+			{ID: "globex", Tier: "pro", APIKeysSHA256: []string{HashKey("k1")}},
+			{ID: "initech", Tier: "starter", APIKeysSHA256: []string{"sha256:" + HashKey("k2")}},
+		},
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	neg := -1.0
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"rate", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 0, Burst: 1} }, "tiers.pro.rate: must be > 0"},
+		{"burst", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: -3} }, "tiers.pro.burst: must be > 0"},
+		{"unknown tier", func(c *Config) { c.Tenants[0].Tier = "gold" }, `tenants[0] (globex).tier: unknown tier "gold"`},
+		{"duplicate tenant", func(c *Config) { c.Tenants[1].ID = "globex" }, "duplicate tenant: also tenants[0]"},
+		{"duplicate key", func(c *Config) { c.Tenants[1].APIKeysSHA256 = c.Tenants[0].APIKeysSHA256 }, "duplicate key hash: also used by globex"},
+		{"bad hash", func(c *Config) { c.Tenants[0].APIKeysSHA256 = []string{"demo-pro-key"} }, "tenants[0] (globex).api_keys_sha256[0]: want 64 hex digits"},
+		{"bad id", func(c *Config) { c.Tenants[0].ID = "a\r\nX-Evil: 1" }, "tenants[0].id: must be 1-64 letters"},
+		{"override", func(c *Config) { c.Tenants[0].Rate = &neg }, "tenants[0] (globex).rate: must be > 0"},
+		{"no tiers", func(c *Config) { c.Tiers = nil; c.Tenants = nil }, "tiers: at least one tier is required"},
+		{"rank", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Rank: 9} }, "tiers.pro.rank: must be in [0, 4]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	c := validConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+}
+
+func TestRegistryLookup(t *testing.T) {
+	reg, err := NewRegistry(validConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := reg.Lookup("k2")
+	if !ok || got.ID != "initech" || got.Tier != "starter" || got.Rate != 5 || got.Burst != 25 || got.Pool != "starter" {
+		t.Fatalf("Lookup(k2) = %+v, %v", got, ok)
+	}
+	if _, ok := reg.Lookup("k3"); ok {
+		t.Fatal("an unknown key was found")
+	}
+	if _, ok := reg.Lookup(""); ok {
+		t.Fatal("the empty key was found")
+	}
+}
+
+func TestExtractKey(t *testing.T) {
+	tests := []struct {
+		h    http.Header
+		want string
+		ok   bool
+	}{
+		{http.Header{"Authorization": {"Bearer abc"}}, "abc", true},
+		{http.Header{"Authorization": {"bearer   abc"}}, "abc", true},
+		{http.Header{"X-Api-Key": {"xyz"}}, "xyz", true},
+		{http.Header{"Authorization": {"Basic abc"}}, "", false},
+		{http.Header{"Authorization": {"Bearer "}}, "", false},
+		{http.Header{"X-Api-Key": {"a b"}}, "", false},
+		{http.Header{"X-Api-Key": {"a\x00"}}, "", false},
+		{http.Header{"X-Api-Key": {strings.Repeat("k", MaxKeyLen+1)}}, "", false},
+		{http.Header{}, "", false},
+	}
+	for _, tt := range tests {
+		got, ok := ExtractKey(tt.h)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ExtractKey(%v) = %q, %v; want %q, %v", tt.h, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func FuzzExtractKey(f *testing.F) {
+	f.Add("Bearer demo-pro-key", "")
+	f.Add("", "demo-pro-key")
+	f.Add("bEaReR \x7f", "x")
+	f.Fuzz(func(t *testing.T, auth, apiKey string) {
+		h := http.Header{}
+		if auth != "" {
+			h.Set("Authorization", auth)
+		}
+		if apiKey != "" {
+			h.Set("X-API-Key", apiKey)
+		}
+		key, ok := ExtractKey(h)
+		if !ok {
+			return
+		}
+		if key == "" || len(key) > MaxKeyLen {
+			t.Fatalf("key %q accepted", key)
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] <= ' ' || key[i] > '~' {
+				t.Fatalf("key %q holds byte %#x", key, key[i])
+			}
+		}
+	})
+}
+
+func BenchmarkLookup(b *testing.B) {
+	reg, err := NewRegistry(validConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok := reg.Lookup("k2"); !ok {
+				b.Fatal("not found")
+			}
+		}
+	})
+}
