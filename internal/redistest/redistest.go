@@ -157,6 +157,7 @@ func (s *Server) start() error {
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

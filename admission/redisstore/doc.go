@@ -1,0 +1,24 @@
+// Package redisstore is the rate layer's shared store: token buckets in
+// Redis (single node, Sentinel or Cluster), so that many fairgate instances
+// enforce one quota between them instead of one each.
+//
+// Each take is one Lua script (take.lua) run with EVALSHA (EVAL after
+// NOSCRIPT). The script reads Redis's clock (TIME), so instances with skewed
+// clocks agree, and applies the same arithmetic as admission's embedded
+// store. Keys are "fg:{<tag>}:<scope>" with a gateway-owned hash tag derived
+// from the tenant, so a tenant's buckets share one cluster slot whatever
+// bytes its ID holds, and every key expires when its bucket is full again.
+//
+// Redis trouble never becomes a latency outage: each take has a deadline
+// (Config.Timeout, 5ms by default), a circuit breaker stops asking a failing
+// Redis and probes for its recovery, and meanwhile Config.FailurePolicy
+// decides: Local (the default; an embedded bucket holding this instance's
+// share of the quota), FailOpen, or FailClosed (an error matching
+// ErrUnavailable, which the admission pipeline maps to 503). Store.Decide
+// reports which, Options.OnPolicy counts it, and the log says so at most
+// once per Config.LogEvery.
+//
+// A tenant known to be over quota until T is denied locally until T (the
+// denial cache), and concurrent takes on one instance share pipelines
+// (auto-batching without a timer window).
+package redisstore
