@@ -3,7 +3,10 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/fairgate/fairgate/bulkhead"
+	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -22,6 +25,17 @@ type Config struct {
 	// IP (the one place an IP limit is right: key guessing). Over it: 429
 	// instead of 401. Nil means 10 attempts of burst and 1 a second.
 	Unauthenticated *tenant.Quota `yaml:"unauthenticated"`
+	// Bulkhead divides the upstream's concurrency into pools (one per tier
+	// unless tiers.NAME.pool or routes[].pool say otherwise), each with a
+	// bounded queue served fairly across tenants. Nil means no pools.
+	Bulkhead *bulkhead.Config `yaml:"bulkhead"`
+	// Adaptive learns the total concurrency from upstream latency; the
+	// pools divide what it learns. Nil means the fixed bulkhead.total.
+	Adaptive *shed.AdaptiveConfig `yaml:"adaptive"`
+	// Shedding rejects the lowest priorities first when a pool's queue
+	// builds. Nil means on with defaults whenever pools or the adaptive
+	// limit are configured; shedding.disabled turns it off.
+	Shedding *shed.SheddingConfig `yaml:"shedding"`
 }
 
 // DefaultUnauthenticated is the per-IP limit on requests without a valid key
@@ -41,6 +55,10 @@ type compiled struct {
 	routes routeTable
 	global *Limit
 	unauth Limit
+	// flows holds each tenant's fair-queue flow names, one per
+	// criticality ("acme/critical", …), built once so the hot path does
+	// not concatenate strings.
+	flows map[*tenant.Tenant]*[3]string
 }
 
 func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
@@ -109,6 +127,17 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		}
 	}
 	out.unauth = Limit{Rate: u.Rate, Burst: u.Burst}
+	if reg != nil {
+		out.flows = map[*tenant.Tenant]*[3]string{}
+		for _, t := range reg.Tenants() {
+			var f [3]string
+			for _, c := range []shed.Criticality{shed.Default, shed.Critical, shed.Sheddable} {
+				f[c] = t.ID + "/" + c.String()
+			}
+			out.flows[t] = &f
+		}
+	}
+	errs = append(errs, c.checkLayers(reg, out.routes.routes)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -124,4 +153,61 @@ func checkQuota(field string, q tenant.Quota) error {
 		errs = append(errs, fmt.Errorf("%s.burst: must be >= 1 (tokens)", field))
 	}
 	return errors.Join(errs...)
+}
+
+// checkLayers checks the bulkhead, adaptive and shedding sections, and that
+// every pool a tier or route names exists.
+func (c *Config) checkLayers(reg *tenant.Registry, routes []*Route) []error {
+	var errs []error
+	if c.Bulkhead != nil {
+		if err := c.Bulkhead.Validate(); err != nil {
+			errs = append(errs, fieldErrors("bulkhead.", "bulkhead: invalid config: ", err)...)
+		}
+	}
+	if c.Adaptive != nil {
+		if err := c.Adaptive.Validate(); err != nil {
+			errs = append(errs, fieldErrors("", "shed: invalid config: ", err)...)
+		}
+	}
+	if c.Shedding != nil {
+		if err := c.Shedding.Validate(); err != nil {
+			errs = append(errs, fieldErrors("", "shed: invalid config: ", err)...)
+		}
+	}
+	hasPool := func(name string) bool {
+		_, ok := c.Bulkhead.Pools[name]
+		return ok
+	}
+	for i, r := range routes {
+		if r.Pool == "" {
+			continue
+		}
+		if c.Bulkhead == nil {
+			errs = append(errs, fmt.Errorf("routes[%d].pool: %q names a pool but there is no bulkhead section", i, r.Pool))
+		} else if !hasPool(r.Pool) {
+			errs = append(errs, fmt.Errorf("routes[%d].pool: unknown pool %q", i, r.Pool))
+		}
+	}
+	if reg != nil && c.Bulkhead != nil {
+		for name, tc := range reg.Tiers() {
+			pool := tc.Pool
+			if pool == "" {
+				pool = name
+			}
+			if !hasPool(pool) {
+				errs = append(errs, fmt.Errorf("tiers.%s.pool: no pool %q under bulkhead.pools (a tier uses the pool named like it unless tiers.%s.pool says otherwise)", name, pool, name))
+			}
+		}
+	}
+	return errs
+}
+
+// fieldErrors splits a package's joined validation error into one error per
+// line, replacing the package's own prefix with the field's path in the file.
+func fieldErrors(path, pkgPrefix string, err error) []error {
+	var out []error
+	for _, line := range strings.Split(err.Error(), "\n") {
+		out = append(out, errors.New(path+strings.TrimPrefix(line, pkgPrefix)))
+	}
+	return out
 }

@@ -59,7 +59,7 @@ type Decision struct {
 	// NQuotas is how many of Quotas are set.
 	NQuotas int
 
-	release *permits
+	held held
 }
 
 // QuotaState is what a client is told about one token bucket.
@@ -82,12 +82,10 @@ type QuotaState struct {
 // whether the upstream answered (its latency then teaches the adaptive
 // limit) or the request ended without telling anything about capacity
 // (client gone, cancelled).
-func (d *Decision) Done(ok bool) {
-	if d.release != nil {
-		d.release.done(ok)
-		d.release = nil
-	}
-}
+//
+// Done must be called on the Decision that Check returned (or a pointer to
+// it), not on several copies of it.
+func (d *Decision) Done(ok bool) { d.held.release(ok) }
 
 // Errors of the admission package.
 var (

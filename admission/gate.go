@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairgate/fairgate/bulkhead"
+	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -23,17 +25,37 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the gate's logs. Nil discards them.
 	Logger *slog.Logger
+	// Instances is how many gateway instances share the store. Concurrency
+	// caps are kept per instance, so each instance enforces
+	// ceil(max_concurrent / Instances). Zero means 1.
+	Instances int
 }
 
 // Gate is the admission pipeline. It is safe for concurrent use, and its
 // configuration can be replaced at run time with Reload while requests are
 // being decided.
 type Gate struct {
-	cfg    atomic.Pointer[compiled]
-	store  Store
-	unauth *MemoryStore
-	now    func() time.Time
-	log    *slog.Logger
+	cfg       atomic.Pointer[compiled]
+	store     Store
+	unauth    *MemoryStore
+	now       func() time.Time
+	log       *slog.Logger
+	instances int
+
+	// The later layers keep state across reloads; nil means off.
+	caps     *bulkhead.Caps
+	pools    *bulkhead.Pools
+	limiter  *shed.Limiter
+	shedders map[string]*poolShed // by pool name; "" when there are no pools
+}
+
+// poolShed is one pool's shedder and the counters it learns from.
+type poolShed struct {
+	shedder     *shed.Shedder
+	queueCap    int
+	completed   atomic.Uint64
+	nextObserve atomic.Int64 // Unix ns
+	every       int64        // ns between observations
 }
 
 // New builds a Gate. It checks cfg against the tenants' tiers and returns an
@@ -55,10 +77,77 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if o.Store == nil {
 		o.Store = NewMemoryStore(MemoryStoreOptions{Now: o.Now})
 	}
-	g := &Gate{store: o.Store, now: o.Now, log: o.Logger,
-		unauth: NewMemoryStore(MemoryStoreOptions{Now: o.Now})}
+	if o.Instances < 1 {
+		o.Instances = 1
+	}
+	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances,
+		unauth: NewMemoryStore(MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
+	if err := g.buildLayers(cfg); err != nil {
+		return nil, err
+	}
 	g.cfg.Store(c)
 	return g, nil
+}
+
+// buildLayers builds the bulkhead pools, the adaptive limiter and the
+// shedders from a config compile has checked.
+func (g *Gate) buildLayers(cfg Config) error {
+	if cfg.Bulkhead != nil {
+		pools, err := bulkhead.NewPools(*cfg.Bulkhead)
+		if err != nil {
+			return err
+		}
+		g.pools = pools
+	}
+	if cfg.Adaptive != nil {
+		var opts []shed.LimiterOption
+		if g.pools != nil {
+			opts = append(opts, shed.OnLimitChange(g.pools.SetTotal))
+		}
+		l, err := shed.NewLimiter(*cfg.Adaptive, opts...)
+		if err != nil {
+			return err
+		}
+		g.limiter = l
+		if g.pools != nil {
+			g.pools.SetTotal(l.Limit())
+		}
+	}
+	sc := shed.SheddingConfig{}
+	if cfg.Shedding != nil {
+		sc = *cfg.Shedding
+	}
+	if sc.Disabled || g.pools == nil && g.limiter == nil {
+		return nil
+	}
+	newShed := func(queueCap int) (*poolShed, error) {
+		s, err := shed.NewShedder(sc)
+		if err != nil {
+			return nil, err
+		}
+		every := sc.CalibrationInterval
+		if every == 0 {
+			every = shed.DefaultCalibrationInterval
+		}
+		return &poolShed{shedder: s, queueCap: queueCap, every: int64(every / 20)}, nil
+	}
+	g.shedders = map[string]*poolShed{}
+	if g.pools == nil {
+		ps, err := newShed(0)
+		if err != nil {
+			return err
+		}
+		g.shedders[""] = ps
+		return nil
+	}
+	for name, pc := range cfg.Bulkhead.Pools {
+		ps, err := newShed(pc.QueueLength)
+		if err != nil {
+			return err
+		}
+		g.shedders[name] = ps
+	}
+	return nil
 }
 
 // Reload checks cfg and reg and, when both are good, makes them the gate's
@@ -117,8 +206,133 @@ func (g *Gate) Check(ctx context.Context, req Request) (Decision, error) {
 	if d.Status != 0 {
 		return d, nil
 	}
+	if err := g.concurrencyAndBeyond(ctx, c, &d); err != nil || d.Status != 0 {
+		d.held.release(false)
+		return d, err
+	}
 	d.Allowed = true
 	return d, nil
+}
+
+// concurrencyAndBeyond runs the layers that hold something while the
+// request is served: the tenant's concurrency cap, the pool's shedder, a
+// bulkhead seat and an adaptive permit. What a layer took is kept in d.held;
+// the caller releases it when a later layer says no.
+//
+// Shedding runs before the bulkhead so that a shed request never queues.
+// Shedding is per pool: a pool sheds when its own queue builds, lowest
+// priority first, so one tier's flood never sheds another tier's requests.
+//
+// In a pool's fair queue a flow is a tenant's requests of one criticality,
+// so a tenant's critical reads are not stuck behind its own queued exports.
+func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decision) error {
+	t, r := d.Tenant, d.Route
+	pool := r.Pool
+	if pool == "" {
+		pool = t.Pool
+	}
+	d.held.g = g
+	// concurrency
+	if t.MaxConcurrent > 0 {
+		perInstance := (t.MaxConcurrent + g.instances - 1) / g.instances
+		slot, ok := g.caps.TryAcquire(t.ID, perInstance)
+		if !ok {
+			g.reject(d, LayerConcurrency, http.StatusTooManyRequests, "max_concurrent", g.holdHint(pool))
+			return nil
+		}
+		d.held.slot = slot
+	}
+	// shed
+	if ps := g.shedderFor(pool); ps != nil {
+		d.held.shed = ps
+		g.observe(ps, pool)
+		if ok, retry := ps.shedder.Admit(shed.PriorityFor(t.Rank, r.Criticality)); !ok {
+			g.reject(d, LayerShed, http.StatusServiceUnavailable, "priority", retry)
+			return nil
+		}
+	}
+	// bulkhead
+	if g.pools != nil {
+		flow := t.ID
+		if f := c.flows[t]; f != nil && int(r.Criticality) < len(f) {
+			flow = f[r.Criticality]
+		}
+		seat, err := g.pools.Acquire(ctx, pool, flow, int(r.Cost))
+		switch {
+		case err == nil:
+			d.held.seat = seat
+		case errors.Is(err, bulkhead.ErrQueueFull):
+			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "queue_full", g.retryHint(pool))
+			return nil
+		case errors.Is(err, bulkhead.ErrWaitTimeout):
+			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			return err
+		}
+	}
+	// adaptive
+	if g.limiter != nil {
+		p, ok := g.limiter.TryAcquire()
+		if !ok {
+			g.reject(d, LayerAdaptive, http.StatusServiceUnavailable, "limit_reached", time.Second)
+			return nil
+		}
+		d.held.permit = p
+	}
+	return nil
+}
+
+func (g *Gate) shedderFor(pool string) *poolShed {
+	if g.shedders == nil {
+		return nil
+	}
+	if g.pools == nil {
+		return g.shedders[""]
+	}
+	return g.shedders[pool]
+}
+
+// observe tells a pool's shedder the pressure on the pool, at most twenty
+// times a calibration interval, from whichever request comes first.
+func (g *Gate) observe(ps *poolShed, pool string) {
+	now := g.now()
+	next := ps.nextObserve.Load()
+	if now.UnixNano() < next || !ps.nextObserve.CompareAndSwap(next, now.UnixNano()+ps.every) {
+		return
+	}
+	p := shed.Pressure{QueueCap: ps.queueCap, Completed: ps.completed.Load()}
+	if g.pools != nil {
+		st, _ := g.pools.Stats(pool)
+		p.Queued, p.Inflight = st.Queued, st.InFlight
+		p.Limit = max(1, st.Seats-st.Lent+st.Borrowed)
+	} else {
+		p.Inflight, p.Limit = g.limiter.Inflight(), g.limiter.Limit()
+	}
+	ps.shedder.Observe(now, p)
+}
+
+// retryHint is the Retry-After of a bulkhead rejection: the pool's own
+// estimate of when a seat frees up.
+func (g *Gate) retryHint(pool string) time.Duration {
+	if st, ok := g.pools.Stats(pool); ok && st.RetryAfter > 0 {
+		return st.RetryAfter
+	}
+	return time.Second
+}
+
+// holdHint is the Retry-After of a concurrency rejection: how long a request
+// of the pool holds its seat on average (one of the tenant's requests in
+// flight will likely have finished by then).
+func (g *Gate) holdHint(pool string) time.Duration {
+	if g.pools != nil {
+		if st, ok := g.pools.Stats(pool); ok && st.MeanHold > 0 {
+			return st.MeanHold
+		}
+	}
+	return time.Second
 }
 
 // rate runs the rate layer: the route group's bucket, the tenant's bucket,
@@ -227,16 +441,34 @@ func ceilSeconds(d time.Duration, min int64) int64 {
 	return s
 }
 
-// permits holds what an admitted request took from the later layers.
-type permits struct {
-	release []func(ok bool)
+// held is what a request took from the layers that hold something while it
+// is served. The zero value holds nothing; releasing twice is harmless.
+type held struct {
+	g      *Gate
+	slot   bulkhead.Slot
+	seat   bulkhead.Seat
+	permit shed.Permit
+	shed   *poolShed
 }
 
-func (p *permits) done(ok bool) {
-	for i := len(p.release) - 1; i >= 0; i-- {
-		p.release[i](ok)
+// release gives everything back, last taken first. ok says the upstream
+// answered: its latency teaches the adaptive limit, and the pool's shedder
+// counts a completion. Otherwise the permit is dropped without learning.
+func (h *held) release(ok bool) {
+	if h.g == nil {
+		return
 	}
-	p.release = nil
+	if ok {
+		h.permit.Record()
+		if h.shed != nil {
+			h.shed.completed.Add(1)
+		}
+	} else {
+		h.permit.Drop()
+	}
+	h.seat.Release()
+	h.slot.Release()
+	*h = held{}
 }
 
 // TenantState is one tenant's state, for the admin view a support engineer
@@ -250,6 +482,12 @@ type TenantState struct {
 	Burst         float64  `json:"burst"`
 	Tokens        *float64 `json:"tokens,omitempty"`
 	MaxConcurrent int      `json:"max_concurrent"`
+	// InFlight is the tenant's requests in flight on this instance.
+	InFlight int `json:"in_flight"`
+	// Pool is the tenant's bulkhead pool and its state, when pools are
+	// configured.
+	Pool      string              `json:"pool,omitempty"`
+	PoolStats *bulkhead.PoolStats `json:"pool_stats,omitempty"`
 }
 
 // TenantState returns the state of the tenant with the given ID.
@@ -258,7 +496,13 @@ func (g *Gate) TenantState(id string) (TenantState, bool) {
 	if !ok {
 		return TenantState{}, false
 	}
-	st := TenantState{ID: t.ID, Tier: t.Tier, Rate: t.Rate, Burst: t.Burst, MaxConcurrent: t.MaxConcurrent}
+	st := TenantState{ID: t.ID, Tier: t.Tier, Rate: t.Rate, Burst: t.Burst, MaxConcurrent: t.MaxConcurrent,
+		InFlight: g.caps.InFlight(t.ID)}
+	if g.pools != nil {
+		if ps, ok := g.pools.Stats(t.Pool); ok {
+			st.Pool, st.PoolStats = t.Pool, &ps
+		}
+	}
 	if p, ok := g.store.(interface {
 		Tokens(BucketKey, Limit) float64
 	}); ok {
