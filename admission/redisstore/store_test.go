@@ -240,6 +240,10 @@ func TestDenialCache(t *testing.T) {
 		}
 	}
 	calls := scriptCalls(t, srv) - before
+	// Every key expires: this one when its bucket is full again (~10s).
+	if ttl, err := srv.Do("PTTL", bucketKey(k)); err != nil || ttl == "-1" || ttl == "-2" || len(ttl) < 4 {
+		t.Errorf("PTTL %s = %s, %v; want about 10000 ms", bucketKey(k), ttl, err)
+	}
 	if allowed != 5 || calls > 10 {
 		t.Errorf("allowed %d (want 5), script calls %d (want <= 10), cached denials %d", allowed, calls, cached)
 	}
