@@ -511,3 +511,8 @@ func (g *Gate) TenantState(id string) (TenantState, bool) {
 	}
 	return st, true
 }
+
+// UnauthenticatedBuckets returns how many per-IP buckets of failed
+// authentication attempts the gate holds (a flood of random keys adds none
+// per key).
+func (g *Gate) UnauthenticatedBuckets() int { return g.unauth.Len() }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,7 @@ type Server struct {
 	cfg     atomic.Pointer[Config]
 	ready   atomic.Bool
 	started time.Time
+	bufs    sync.Pool // *bytes.Buffer for request buffering
 }
 
 // New builds a Server from a checked config. Nothing listens yet.
@@ -101,8 +103,8 @@ func New(cfg Config, o Options) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.Use(echo.WrapMiddleware(s.hygiene))
 	e.Use(gate.Echo())
-	e.Any("/*", echo.WrapHandler(proxy))
-	e.Any("/", echo.WrapHandler(proxy))
+	e.Any("/*", echo.WrapHandler(s.bufferRequests(proxy)))
+	e.Any("/", echo.WrapHandler(s.bufferRequests(proxy)))
 	s.edge = e
 	s.admin = s.adminMux()
 	s.ready.Store(true)
