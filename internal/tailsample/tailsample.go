@@ -80,7 +80,7 @@ type Processor struct {
 	maxAge    time.Duration
 	now       func() time.Time
 
-	mu      sync.Mutex
+	mu        sync.Mutex
 	pending   map[trace.TraceID]*pendingTrace
 	nextSweep time.Time
 	dropped   uint64 // spans dropped by the ratio or by age
