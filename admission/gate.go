@@ -391,7 +391,12 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
-	g.reject(d, LayerRate, http.StatusServiceUnavailable, "store_unavailable", time.Second)
+	retry := time.Second
+	var h interface{ RetryAfterHint() time.Duration }
+	if errors.As(err, &h) && h.RetryAfterHint() > 0 {
+		retry = h.RetryAfterHint()
+	}
+	g.reject(d, LayerRate, http.StatusServiceUnavailable, "store_unavailable", retry)
 	return nil
 }
 

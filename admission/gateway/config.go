@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/redisstore"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -34,6 +35,11 @@ type Config struct {
 	// global and unauthenticated buckets. Both are inline in the file.
 	Tenants   tenant.Config    `yaml:",inline"`
 	Admission admission.Config `yaml:",inline"`
+
+	// Redis, when set, keeps the token buckets in Redis (single node,
+	// Sentinel or Cluster) so that many stateless instances share them.
+	// Nil means the embedded in-memory store.
+	Redis *redisstore.Config `yaml:"redis"`
 }
 
 // ServerConfig is the edge's hygiene: timeouts and size limits. Zero values
@@ -112,6 +118,11 @@ func (c *Config) Validate() error {
 	}
 	if s.MaxBodyBytes < 0 {
 		errs = append(errs, errors.New("server.max_body_bytes: must be >= 0 (0 means 10 MiB)"))
+	}
+	if c.Redis != nil {
+		if err := c.Redis.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if reg, err := tenant.NewRegistry(c.Tenants); err != nil {
 		errs = append(errs, err)

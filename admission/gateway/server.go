@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/redisstore"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -31,6 +32,11 @@ type Options struct {
 	// Transport reaches the upstream. Nil means a transport built from the
 	// config's upstream timeout.
 	Transport http.RoundTripper
+	// OnRedisPolicy and OnBreakerChange, when set, are told each time the
+	// Redis store applies its failure policy and each time its circuit
+	// breaker changes state (for metrics).
+	OnRedisPolicy   func(p redisstore.FailurePolicy, cause error)
+	OnBreakerChange func(from, to redisstore.BreakerState)
 }
 
 // Server is the gateway: edge, admission pipeline and reverse proxy.
@@ -44,6 +50,17 @@ type Server struct {
 	ready   atomic.Bool
 	started time.Time
 	bufs    sync.Pool // *bytes.Buffer for request buffering
+	closers []func() error
+}
+
+// Close releases what New opened (the Redis store and client). Call it
+// after Serve has returned.
+func (s *Server) Close() error {
+	var errs []error
+	for _, c := range s.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
 }
 
 // New builds a Server from a checked config. Nothing listens yet.
@@ -58,6 +75,22 @@ func New(cfg Config, o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	var closers []func() error
+	instances := 1
+	if o.Store == nil && cfg.Redis != nil {
+		client, err := redisstore.NewClient(*cfg.Redis)
+		if err != nil {
+			return nil, err
+		}
+		store, err := redisstore.New(client, *cfg.Redis, redisstore.Options{Now: o.Now, Logger: o.Logger,
+			OnPolicy: o.OnRedisPolicy, OnBreakerChange: o.OnBreakerChange})
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
+		o.Store, instances = store, max(1, cfg.Redis.Instances)
+		closers = append(closers, store.Close, client.Close)
+	}
 	if o.Store == nil {
 		o.Store = admission.NewMemoryStore(admission.MemoryStoreOptions{Now: o.Now})
 	}
@@ -65,7 +98,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger})
+	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger, Instances: instances})
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +114,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			ExpectContinueTimeout: time.Second,
 		}
 	}
-	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now()}
+	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers}
 	s.cfg.Store(&cfg)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

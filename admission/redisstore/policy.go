@@ -126,6 +126,9 @@ func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("%v (retry after %v): %v", ErrUnavailable, e.RetryAfter, e.Cause)
 }
 
+// RetryAfterHint tells the admission pipeline what Retry-After to give.
+func (e *UnavailableError) RetryAfterHint() time.Duration { return e.RetryAfter }
+
 // Is reports whether target is ErrUnavailable.
 func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
 
