@@ -23,7 +23,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/admission/redisstore"
 	"github.com/fairgate/fairgate/bench"
 	"github.com/fairgate/fairgate/deploy/examples"
 	"github.com/fairgate/fairgate/tenant"
@@ -82,7 +85,19 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	// go-redis logs every failed dial through its own package logger; the
+	// Redis store already logs Redis trouble at a bounded rate, so these
+	// lines go to debug.
+	redis.SetLogger(redisLogger{log})
+	return log, nil
+}
+
+// redisLogger sends go-redis's internal log lines to slog at debug level.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -108,6 +123,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	go reloadOnHUP(ctx, log, *path, srv)
 	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, *drain)
 }
@@ -156,6 +172,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	admin := fs.String("admin-listen", "127.0.0.1:9090", "admin address (health, metrics)")
 	upAddr := fs.String("upstream-listen", "127.0.0.1:8081", "demo API address")
 	level := fs.String("log-level", "warn", "debug, info, warn or error")
+	redisAddr := fs.String("redis", "", "keep the buckets in the Redis at this address instead of the embedded store")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -166,6 +183,11 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := gateway.Parse(examples.Demo)
 	if err != nil {
 		return fmt.Errorf("deploy/examples/demo.yaml: %w", err)
+	}
+	store := "embedded store"
+	if *redisAddr != "" {
+		cfg.Redis = &redisstore.Config{Addrs: []string{*redisAddr}}
+		store = "Redis at " + *redisAddr
 	}
 	uln, err := net.Listen("tcp", *upAddr)
 	if err != nil {
@@ -180,7 +202,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, `fairgate demo: gateway on http://%[1]s, admin on http://%[2]s, demo API (16 connections) on %[3]s
+	defer srv.Close()
+	fmt.Fprintf(stdout, `fairgate demo: gateway on http://%[1]s (%[4]s), admin on http://%[2]s, demo API (16 connections) on %[3]s
 
 Demo API keys:
   acme     enterprise  demo-enterprise-key
@@ -194,7 +217,7 @@ Try:
   curl -s http://%[2]s/admin/tenants/initech
 
 Ctrl-C stops it.
-`, *listen, *admin, uln.Addr())
+`, *listen, *admin, uln.Addr(), store)
 	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, 5*time.Second)
 }
 
