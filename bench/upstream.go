@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -21,8 +23,11 @@ type UpstreamConfig struct {
 	ServiceTime map[string]time.Duration
 	// DefaultServiceTime is the service time of other paths. Default 5 ms.
 	DefaultServiceTime time.Duration
-	// Jitter is the relative spread of service times: each request takes
-	// mean × (1 ± Jitter), uniformly. Default 0.2; negative means none.
+	// Jitter is the spread of service times: each request takes
+	// mean × exp(Jitter·Z − Jitter²/2), Z standard normal — a log-normal
+	// with the configured mean and a right tail, as real query times have
+	// (Jitter 0.3 puts p99 near 1.9× the mean). Default 0.3; negative
+	// means none (every request takes exactly the mean).
 	Jitter float64
 }
 
@@ -59,12 +64,12 @@ func NewUpstream(cfg UpstreamConfig) *Upstream {
 		cfg.DefaultServiceTime = 5 * time.Millisecond
 	}
 	if cfg.Jitter == 0 {
-		cfg.Jitter = 0.2
+		cfg.Jitter = 0.3
 	}
 	return &Upstream{cfg: cfg, conns: make(chan struct{}, cfg.Connections)}
 }
 
-// Stats are the upstream's counters.
+// UpstreamStats are the upstream's counters.
 type UpstreamStats struct {
 	// Seen counts requests received, Served those that got a connection
 	// and finished; Waiting and InUse are gauges.
@@ -78,6 +83,11 @@ func (u *Upstream) Stats() UpstreamStats {
 
 // ServeHTTP serves one request: wait for a connection, hold it for the
 // route's service time, answer with a small JSON document.
+//
+// The query parameter rows=N scales the service time by N/1000 (1 ≤ N ≤
+// 10⁶): an un-paginated export of 10 000 rows holds its connection ten
+// times longer than the default page of 1000, for the same route and so
+// the same cost in tokens.
 func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.seen.Add(1)
 	ctx := r.Context()
@@ -91,7 +101,7 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wait := time.Since(start)
-	d := u.serviceTime(r.URL.Path)
+	d := u.serviceTime(r.URL.Path, r.URL.Query().Get("rows"))
 	ok := sleep(ctx, d)
 	<-u.conns
 	if !ok {
@@ -108,7 +118,18 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (u *Upstream) serviceTime(path string) time.Duration {
+// serviceTime draws one request's service time.
+func (u *Upstream) serviceTime(path, rows string) time.Duration {
+	d := u.meanServiceTime(path, rows)
+	if s := u.cfg.Jitter; s > 0 {
+		d = time.Duration(float64(d) * math.Exp(s*rand.NormFloat64()-s*s/2))
+	}
+	return d
+}
+
+// meanServiceTime is the mean service time of path with the rows query
+// parameter: the longest matching prefix's, scaled by rows/1000.
+func (u *Upstream) meanServiceTime(path, rows string) time.Duration {
 	mean := u.cfg.DefaultServiceTime
 	best := 0
 	for prefix, d := range u.cfg.ServiceTime {
@@ -116,8 +137,8 @@ func (u *Upstream) serviceTime(path string) time.Duration {
 			mean, best = d, len(prefix)
 		}
 	}
-	if u.cfg.Jitter > 0 {
-		mean = time.Duration(float64(mean) * (1 + u.cfg.Jitter*(2*rand.Float64()-1)))
+	if n, err := strconv.Atoi(rows); err == nil && n >= 1 && n <= 1e6 {
+		mean = mean * time.Duration(n) / 1000
 	}
 	return mean
 }

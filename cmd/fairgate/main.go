@@ -39,6 +39,7 @@ Usage:
   fairgate demo [--listen ADDR]     run the gateway and a built-in demo API (embedded store)
   fairgate demo-upstream [--listen ADDR]
                                     run only the demo API (for serve with the demo config)
+  fairgate bench [--scenario NAME] [--modes LIST] [--duration D] [--out DIR]  overload benchmarks (see bench/RESULTS.md)
   fairgate check-config FILE        validate a config file; non-zero exit on error
   fairgate hash-key                 read an API key on stdin, print the hash for the config
 `
@@ -62,6 +63,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "demo-upstream":
 		err = demoUpstream(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case "check-config":
 		err = checkConfig(args[1:], stdout)
 	case "hash-key":

@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// shortRun runs a short version of scenario name in modes and writes its
+// outputs to a temporary directory.
+func shortRun(t *testing.T, name string, modes []Mode, dur time.Duration) (*Results, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs real load for seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Options{Scenario: name, Modes: modes, Duration: dur, Baseline: time.Second, Drain: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := WriteOutputs(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	checkShape(t, dir, res, modes)
+	return res, dir
+}
+
+// checkShape checks results.json's fields and that every output exists.
+func checkShape(t *testing.T, dir string, res *Results, modes []Mode) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Scenario string           `json:"scenario"`
+		Rows     []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Scenario != res.Scenario {
+		t.Errorf("scenario = %q, want %q", doc.Scenario, res.Scenario)
+	}
+	fields := []string{"mode", "tenant", "role", "criticality", "sent", "ok", "rejected_429", "rejected_503",
+		"errors", "timeouts", "p50_ms", "p99_ms", "p999_ms", "baseline_p99_ms"}
+	seen := map[string]map[string]bool{} // mode → roles
+	for i, row := range doc.Rows {
+		for _, f := range fields {
+			if _, ok := row[f]; !ok {
+				t.Errorf("rows[%d] has no %q: %v", i, f, row)
+			}
+		}
+		mode, _ := row["mode"].(string)
+		if seen[mode] == nil {
+			seen[mode] = map[string]bool{}
+		}
+		seen[mode][row["role"].(string)] = true
+		if row["sent"].(float64) > 0 && !(row["p99_ms"].(float64) >= row["p50_ms"].(float64)) {
+			t.Errorf("rows[%d]: p99 %v < p50 %v", i, row["p99_ms"], row["p50_ms"])
+		}
+	}
+	sc, _ := Lookup(res.Scenario)
+	hasNoisy := slices.ContainsFunc(sc.Tenants, func(tl TenantLoad) bool { return tl.Role == Noisy })
+	for _, m := range modes {
+		if !seen[m.String()]["innocent"] || seen[m.String()]["noisy"] != hasNoisy {
+			t.Errorf("mode %v: rows for roles %v, want innocent and noisy", m, seen[m.String()])
+		}
+	}
+	if !seen["baseline"]["innocent"] || seen["baseline"]["noisy"] {
+		t.Errorf("baseline: rows for roles %v, want innocent only", seen["baseline"])
+	}
+	for _, f := range []string{"report.md", "latency-" + res.Scenario + ".png", "goodput-" + res.Scenario + ".png"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: missing or empty (%v)", f, err)
+		}
+	}
+}
+
+func summaryOf(t *testing.T, res *Results, mode Mode) summary {
+	t.Helper()
+	i := slices.IndexFunc(res.summaries(), func(s summary) bool { return s.mode == mode.String() })
+	if i < 0 {
+		t.Fatalf("no run for mode %v", mode)
+	}
+	return res.summaries()[i]
+}
+
+// tenantGoodput returns a tenant's goodput (%) in a mode, all criticalities.
+func tenantGoodput(res *Results, mode Mode, id string) float64 {
+	var ok, offered int
+	for _, r := range res.Rows {
+		if r.Mode == mode.String() && r.Tenant == id {
+			ok += r.OK
+			offered += r.Sent + r.Deferred
+		}
+	}
+	return 100 * float64(ok) / float64(max(offered, 1))
+}
+
+// The negative control of every scenario: if none and fairgate did not
+// differ, the benchmark would measure nothing. Margins are wide, and both
+// modes run in the same test on the same machine state.
+
+func TestNoisyNeighbour(t *testing.T) {
+	res, _ := shortRun(t, "noisy-neighbour", []Mode{None, Fairgate}, 3*time.Second)
+	none, fg := summaryOf(t, res, None), summaryOf(t, res, Fairgate)
+	t.Logf("innocent p99: none %.1f ms, fairgate %.1f ms (baseline %.1f); goodput none %.1f%%, fairgate %.1f%%",
+		none.innocentP99, fg.innocentP99, fg.baseP99, none.goodput, fg.goodput)
+	if none.innocentP99 < 5*fg.innocentP99 {
+		t.Errorf("innocent p99: none %.1f ms is not ≥ 5× fairgate's %.1f ms: the scenario does not hurt", none.innocentP99, fg.innocentP99)
+	}
+	if fg.noisyOK > none.noisyOK/3 {
+		t.Errorf("noisy admitted: fairgate %.1f/s, none %.1f/s: fairgate should admit far less", fg.noisyOK, none.noisyOK)
+	}
+}
+
+func TestSlowExport(t *testing.T) {
+	res, _ := shortRun(t, "slow-export", []Mode{None, Fairgate}, 3*time.Second)
+	none, fg := summaryOf(t, res, None), summaryOf(t, res, Fairgate)
+	t.Logf("innocent p99: none %.1f ms, fairgate %.1f ms (baseline %.1f); goodput none %.1f%%, fairgate %.1f%%",
+		none.innocentP99, fg.innocentP99, fg.baseP99, none.goodput, fg.goodput)
+	if none.innocentP99 < 3*fg.innocentP99 {
+		t.Errorf("innocent p99: none %.1f ms is not ≥ 3× fairgate's %.1f ms", none.innocentP99, fg.innocentP99)
+	}
+}
+
+func TestOverload(t *testing.T) {
+	res, _ := shortRun(t, "overload", []Mode{None, Fairgate}, 3*time.Second)
+	none, fg := summaryOf(t, res, None), summaryOf(t, res, Fairgate)
+	t.Logf("innocent p99: none %.1f ms, fairgate %.1f ms (baseline %.1f); goodput none %.1f%%, fairgate %.1f%%",
+		none.innocentP99, fg.innocentP99, fg.baseP99, none.goodput, fg.goodput)
+	if none.innocentP99 < 2*fg.innocentP99 {
+		t.Errorf("innocent p99: none %.1f ms is not ≥ 2× fairgate's %.1f ms", none.innocentP99, fg.innocentP99)
+	}
+}
+
+func TestNAT(t *testing.T) {
+	res, _ := shortRun(t, "nat", []Mode{IP, Fairgate}, 3*time.Second)
+	ip, fg := tenantGoodput(res, IP, "acme"), tenantGoodput(res, Fairgate, "acme")
+	t.Logf("acme goodput: ip %.1f%%, fairgate %.1f%%", ip, fg)
+	if ip > fg-20 {
+		t.Errorf("acme goodput: ip %.1f%% is not 20 points below fairgate's %.1f%%: the per-IP limit should throttle the NAT", ip, fg)
+	}
+}
+
+func TestOverheadScenario(t *testing.T) {
+	res, _ := shortRun(t, "overhead", []Mode{Fairgate}, time.Second)
+	for _, r := range res.Rows {
+		if r.Errors+r.Timeouts+r.Rejected429+r.Rejected503 > r.Sent/100 {
+			t.Errorf("%s: %d of %d requests failed; the overhead run must be clean", r.Mode, r.Errors+r.Timeouts+r.Rejected429+r.Rejected503, r.Sent)
+		}
+	}
+}
+
+func TestModes(t *testing.T) {
+	ms, err := ParseModes("none, global,ip,fairgate,fairgate-redis")
+	if err != nil || !slices.Equal(ms, []Mode{None, Global, IP, Fairgate, FairgateRedis}) {
+		t.Fatalf("ParseModes = %v, %v", ms, err)
+	}
+	if _, err := ParseModes("none,nginx"); err == nil {
+		t.Error("ParseModes accepted an unknown mode")
+	}
+}
+
+func TestScenarioConfigs(t *testing.T) {
+	for _, name := range append(ScenarioNames(), "overhead") {
+		sc, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sc.GatewayConfig("http://127.0.0.1:1"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if g := sc.globalRate(); !(g > 0) {
+			t.Errorf("%s: global rate %v", name, g)
+		}
+	}
+	if _, err := Lookup("nope"); err == nil {
+		t.Error("Lookup accepted an unknown scenario")
+	}
+}
+
+func TestRampFactor(t *testing.T) {
+	r := &Ramp{Start: 0.1, Peak: 0.4, From: 1, To: 50}
+	for _, c := range []struct{ x, want float64 }{{0, 1}, {0.1, 1}, {0.25, 25.5}, {0.4, 50}, {1, 50}} {
+		if got := r.factor(c.x); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("factor(%v) = %v, want %v", c.x, got, c.want)
+		}
+	}
+	if got := (*Ramp)(nil).factor(0.5); got != 1 {
+		t.Errorf("nil ramp factor = %v, want 1", got)
+	}
+}

@@ -1,0 +1,334 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/shed"
+	"github.com/fairgate/fairgate/tenant"
+)
+
+// Role says what part a tenant plays in a scenario.
+type Role uint8
+
+const (
+	// Innocent tenants send steady traffic well within their quotas; the
+	// quiet baseline runs them alone.
+	Innocent Role = iota
+	// Noisy tenants are the load the scenario adds on top of the baseline:
+	// the neighbour ramping up, the slow exporter, the batch jobs.
+	Noisy
+)
+
+// String returns "innocent" or "noisy".
+func (r Role) String() string {
+	if r == Noisy {
+		return "noisy"
+	}
+	return "innocent"
+}
+
+// MarshalText returns the JSON word for r.
+func (r Role) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// Arrivals is the shape of a tenant's open-loop arrival process.
+type Arrivals uint8
+
+const (
+	// Poisson arrivals: exponential gaps, as independent users make.
+	Poisson Arrivals = iota
+	// Constant arrivals: evenly spaced, as a script's loop makes.
+	Constant
+)
+
+// Call is one kind of request in a tenant's route mix.
+type Call struct {
+	// Method and Path (with any query) of the request.
+	Method, Path string
+	// Criticality labels the call's results; it matches the route's
+	// criticality in the scenario's gateway config.
+	Criticality shed.Criticality
+	// Weight is the call's share of the tenant's requests, relative to the
+	// other calls' weights.
+	Weight float64
+}
+
+// Ramp changes a tenant's rate during a run. Times are fractions of the run
+// (0 to 1); factors multiply TenantLoad.Rate.
+type Ramp struct {
+	// Start and Peak bound the ramp: the factor is From until Start, rises
+	// linearly to To at Peak and stays there.
+	Start, Peak float64
+	From, To    float64
+}
+
+// factor returns the rate multiplier at fraction x of the run.
+func (r *Ramp) factor(x float64) float64 {
+	switch {
+	case r == nil:
+		return 1
+	case x <= r.Start:
+		return r.From
+	case x >= r.Peak:
+		return r.To
+	default:
+		return r.From + (r.To-r.From)*(x-r.Start)/(r.Peak-r.Start)
+	}
+}
+
+// TenantLoad is one tenant's traffic in a scenario.
+type TenantLoad struct {
+	// ID and Tier name the tenant in the gateway config; Key is its API
+	// key (the config holds only its hash).
+	ID, Tier, Key string
+	Role          Role
+	// Rate is the mean arrival rate in requests per second, multiplied by
+	// Ramp's factor when Ramp is set.
+	Rate     float64
+	Ramp     *Ramp
+	Arrivals Arrivals
+	// Calls is the route mix.
+	Calls []Call
+	// Users is the number of simulated users; each arrival belongs to a
+	// random one. IPs is the number of source addresses they share: user u
+	// connects from address u mod IPs. Zero means 1.
+	Users, IPs int
+	// Timeout is the client's timeout for a whole request.
+	Timeout time.Duration
+	// HonourRetryAfter makes a user that got 429 or 503 skip its arrivals
+	// until Retry-After has passed (counted as deferred); otherwise it keeps
+	// sending, as a runaway script does.
+	HonourRetryAfter bool
+}
+
+func (tl *TenantLoad) users() int { return max(tl.Users, 1) }
+func (tl *TenantLoad) ips() int   { return max(tl.IPs, 1) }
+
+// peakRate is the highest rate the tenant reaches.
+func (tl *TenantLoad) peakRate() float64 {
+	if tl.Ramp == nil {
+		return tl.Rate
+	}
+	return tl.Rate * max(tl.Ramp.From, tl.Ramp.To)
+}
+
+// Scenario is a named overload situation: an upstream, tenants with their
+// loads, and the settings of the alternatives fairgate is compared with.
+type Scenario struct {
+	Name        string
+	Description string
+	Upstream    UpstreamConfig
+	Tenants     []TenantLoad
+	// GlobalBurst scales the global mode's bucket: burst = rate ×
+	// GlobalBurst seconds. Its rate is computed (globalRate).
+	GlobalBurst float64
+	// IPRate and IPBurst are the ip mode's per-address bucket, in requests.
+	IPRate, IPBurst float64
+	// GlobalTokens is the fairgate config's global backstop rate in tokens
+	// per second (burst twice that). Zero means no backstop.
+	GlobalTokens float64
+	// Baseline is the mode of the quiet baseline run: None (the plain
+	// proxy) unless the scenario measures the proxy itself.
+	Baseline Mode
+	// DefaultModes replaces DefaultModes() for this scenario when set.
+	DefaultModes []Mode
+	// unlimited lifts every tenant quota and cap in the gateway config
+	// (the overhead scenario measures the proxy, not the limits).
+	unlimited bool
+}
+
+// globalRate is the global mode's request rate: the upstream's capacity
+// (connections ÷ mean service time) for the scenario's offered mix at its
+// peak, 90% of it for headroom. That is the best a global request-count
+// limit can be tuned, knowing the traffic in advance.
+func (s *Scenario) globalRate() float64 {
+	up := NewUpstream(s.Upstream)
+	var reqs, work float64
+	for _, tl := range s.Tenants {
+		var wsum, wd float64
+		for _, c := range tl.Calls {
+			wsum += c.Weight
+			path, q, _ := strings.Cut(c.Path, "?")
+			wd += c.Weight * up.meanServiceTime(path, strings.TrimPrefix(q, "rows=")).Seconds()
+		}
+		r := tl.peakRate()
+		reqs += r
+		work += r * wd / wsum
+	}
+	if work == 0 {
+		return 1
+	}
+	return 0.9 * float64(up.cfg.Connections) * reqs / work
+}
+
+// innocentOnly returns s with only its innocent tenants: the quiet
+// baseline.
+func (s Scenario) innocentOnly() Scenario {
+	s.Tenants = slices.DeleteFunc(slices.Clone(s.Tenants), func(t TenantLoad) bool { return t.Role != Innocent })
+	return s
+}
+
+// benchConfig is the gateway config every scenario shares, with the
+// tenants, the global backstop and the upstream filled in. Quotas are in
+// tokens; a route's cost is its price (users/me 1, search 2, export 10).
+const benchConfig = `
+upstream: %s
+server:
+  upstream_timeout: 30s
+tiers:
+  enterprise: {burst: 400, rate: 200, max_concurrent: 6, rank: 2}
+  pro:        {burst: 120, rate: 60,  max_concurrent: 4, rank: 1}
+  starter:    {burst: 30,  rate: 15,  max_concurrent: 2, rank: 0}
+routes:
+  - {method: GET,  path: /api/v1/users/me,       cost: 1,  criticality: critical}
+  - {method: GET,  path: /api/v1/search,         cost: 2,  criticality: default}
+  - {method: POST, path: /api/v1/reports/export, cost: 10, criticality: sheddable}
+tenants:
+`
+
+// GatewayConfig returns the fairgate config of s, proxying to upstream.
+func (s *Scenario) GatewayConfig(upstream string) (gateway.Config, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, benchConfig, upstream)
+	for _, tl := range s.Tenants {
+		fmt.Fprintf(&b, "  - {id: %s, tier: %s, api_keys_sha256: [%s]", tl.ID, tl.Tier, tenant.HashKey(tl.Key))
+		if s.unlimited {
+			b.WriteString(", rate: 1000000, burst: 1000000, max_concurrent: 0")
+		}
+		b.WriteString("}\n")
+	}
+	if s.GlobalTokens > 0 {
+		fmt.Fprintf(&b, "global: {burst: %g, rate: %g}\n", 2*s.GlobalTokens, s.GlobalTokens)
+	}
+	cfg, err := gateway.Parse([]byte(b.String()))
+	if err != nil {
+		return cfg, fmt.Errorf("bench: scenario %s: gateway config: %w", s.Name, err)
+	}
+	return cfg, nil
+}
+
+// The route mixes the scenarios use.
+var (
+	usersMe = Call{Method: "GET", Path: "/api/v1/users/me", Criticality: shed.Critical}
+	search  = Call{Method: "GET", Path: "/api/v1/search", Criticality: shed.Default}
+	export  = Call{Method: "POST", Path: "/api/v1/reports/export", Criticality: shed.Sheddable}
+)
+
+func weighted(c Call, w float64) Call { c.Weight = w; return c }
+
+// interactive is what a tenant's users do: mostly cheap reads, some
+// searches. Mean service time 9.5 ms.
+func interactive() []Call { return []Call{weighted(usersMe, 70), weighted(search, 30)} }
+
+// innocentTenant is a well-behaved tenant: Poisson arrivals, a 2 s client
+// timeout, Retry-After honoured.
+func innocentTenant(id, tier string, rate float64, users, ips int) TenantLoad {
+	return TenantLoad{ID: id, Tier: tier, Key: "bench-" + id + "-key", Role: Innocent, Rate: rate,
+		Calls: interactive(), Users: users, IPs: ips, Timeout: 2 * time.Second, HonourRetryAfter: true}
+}
+
+// innocents are the steady tenants of noisy-neighbour and slow-export:
+// together about 11% of an 8-connection upstream, each well within quota
+// (acme ~78 of 200 tokens/s, globex ~39 of 60, hooli ~4 of 15).
+func innocents() []TenantLoad {
+	return []TenantLoad{
+		innocentTenant("acme", "enterprise", 60, 200, 20),
+		innocentTenant("globex", "pro", 30, 50, 10),
+		innocentTenant("hooli", "starter", 3, 5, 2),
+	}
+}
+
+// Scenario names, in the order --scenario all runs them.
+var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat"}
+
+// ScenarioNames returns the names Lookup knows.
+func ScenarioNames() []string { return slices.Clone(scenarioNames) }
+
+// Lookup returns the named scenario.
+func Lookup(name string) (Scenario, error) {
+	up := UpstreamConfig{Connections: 8}
+	base := Scenario{Name: name, Upstream: up, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20, GlobalTokens: 400}
+	switch name {
+	case "noisy-neighbour":
+		// initech's quota is 15 tokens/s; its mix costs 7.6 tokens a
+		// request, so 50× the quota is ~99 requests/s, of which 70% are
+		// 300 ms exports: ~21 connection-seconds a second against the
+		// upstream's 8, with the innocents' ~0.9: about 2.8× capacity.
+		s := base
+		s.Description = "Innocent tenants at steady rates well within quota; starter tenant initech ramps from its quota to 50× it (70% exports) from 10% to 40% of the run, from 4 addresses, ignoring Retry-After. Offered load at the peak is about 2.8× the upstream's capacity."
+		s.Tenants = append(innocents(), TenantLoad{ID: "initech", Tier: "starter", Key: "bench-initech-key", Role: Noisy,
+			Rate: 15.0 / 7.6, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 1, To: 50}, Arrivals: Constant,
+			Calls: []Call{weighted(export, 70), weighted(search, 30)}, Users: 4, IPs: 4, Timeout: 10 * time.Second})
+		return s, nil
+	case "slow-export":
+		// umbrella sends 5 exports a second (50 tokens/s, within the pro
+		// quota of 60) but each asks for 10 000 rows: 3 s of a connection,
+		// 15 connection-seconds a second against 8. Rate limits cannot see
+		// it; a concurrency cap can.
+		s := base
+		s.Description = "Pro tenant umbrella stays within its rate quota (5 exports/s = 50 of 60 tokens/s) but each export is un-paginated (10 000 rows, ~3 s of a database connection): ~15 connection-seconds a second against 8, from 40% of the run. Rate limits alone cannot see it."
+		s.Tenants = append(innocents(), TenantLoad{ID: "umbrella", Tier: "pro", Key: "bench-umbrella-key", Role: Noisy,
+			Rate: 5, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 0.2, To: 1}, Arrivals: Constant,
+			Calls: []Call{weighted(Call{Method: "POST", Path: "/api/v1/reports/export?rows=10000", Criticality: shed.Sheddable}, 1)},
+			Users: 8, IPs: 2, Timeout: 30 * time.Second})
+		return s, nil
+	case "overload":
+		// Everyone within quota, but the quotas add up to more than the
+		// upstream: three enterprise tenants ramp to 95% of their quotas
+		// with a mix of all three criticalities (20% exports: 3.05 tokens
+		// and 68 ms of a connection a request): ~62 requests/s and ~4.2
+		// connection-seconds a second each; with the innocents ~1.7×
+		// capacity.
+		s := base
+		s.Description = "Every tenant within its quota, but together beyond capacity: enterprise tenants wayne, stark and wonka ramp to 95% of their quotas with mixed criticalities (55% critical reads, 25% searches, 20% sheddable exports), honouring Retry-After; total ~1.7× capacity. No tenant misbehaves: only a global limit and shedding by criticality can help."
+		mixed := []Call{weighted(usersMe, 55), weighted(search, 25), weighted(export, 20)}
+		s.Tenants = innocents()
+		for _, id := range []string{"wayne", "stark", "wonka"} {
+			s.Tenants = append(s.Tenants, TenantLoad{ID: id, Tier: "enterprise", Key: "bench-" + id + "-key", Role: Noisy,
+				Rate: 0.95 * 200 / 3.05, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 0.1, To: 1}, Calls: mixed,
+				Users: 300, IPs: 30, Timeout: 5 * time.Second, HonourRetryAfter: true})
+		}
+		return s, nil
+	case "nat":
+		// acme's 500 users share one office NAT address: 100 requests/s
+		// from one IP, within acme's enterprise quota. initech's script
+		// runs on 100 addresses at 1 request/s each — under any per-IP
+		// limit — and 50× its quota in total.
+		s := base
+		s.Description = "500 users of enterprise tenant acme behind one NAT address (0.2 req/s each, 100 req/s, within quota), plus starter tenant initech ramping to 50× its quota spread over 100 addresses (~1 req/s each). Per-IP limits throttle the office and miss the spread-out script."
+		acme := innocentTenant("acme", "enterprise", 100, 500, 1)
+		s.Tenants = []TenantLoad{acme, innocentTenant("globex", "pro", 30, 50, 10),
+			{ID: "initech", Tier: "starter", Key: "bench-initech-key", Role: Noisy,
+				Rate: 15.0 / 7.6, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 1, To: 50},
+				Calls: []Call{weighted(export, 70), weighted(search, 30)}, Users: 100, IPs: 100, Timeout: 10 * time.Second}}
+		return s, nil
+	case "overhead":
+		// The same cheap request, direct and through each proxy, at half
+		// the upstream's capacity: 8 connections × 5 ms exactly (no
+		// jitter, so the difference is the proxy's) = 1600 requests/s of
+		// capacity, 800 offered.
+		return Scenario{Name: name, Baseline: Direct, DefaultModes: []Mode{None, Fairgate}, unlimited: true,
+			Description: "One tenant sends GET /api/v1/users/me (exactly 5 ms of one of 8 connections) at half the upstream's capacity, 800 requests/s, Poisson: the baseline goes straight to the upstream, each mode through its proxy. The difference is the proxy's added latency.",
+			Upstream:    UpstreamConfig{Connections: 8, Jitter: -1},
+			Tenants: []TenantLoad{{ID: "acme", Tier: "enterprise", Key: "bench-acme-key", Role: Innocent, Rate: 800,
+				Calls: []Call{weighted(usersMe, 1)}, Users: 100, IPs: 10, Timeout: 2 * time.Second}},
+			GlobalBurst: 0.5, IPRate: 1000, IPBurst: 1000}, nil
+	}
+	return Scenario{}, fmt.Errorf("bench: unknown scenario %q (want %s, all or overhead)", name, strings.Join(scenarioNames, ", "))
+}
+
+// percentile returns the p-quantile (0 < p ≤ 1) of sorted by nearest rank,
+// or NaN for no samples.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return ms(sorted[min(max(i, 0), len(sorted)-1)])
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
