@@ -3,12 +3,15 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
@@ -29,6 +32,14 @@ type Options struct {
 	// caps are kept per instance, so each instance enforces
 	// ceil(max_concurrent / Instances). Zero means 1.
 	Instances int
+	// TracerProvider makes the layer spans (admission.identify, …) as
+	// children of the span in the request's context, when that span is
+	// recording. Nil means no layer spans.
+	TracerProvider trace.TracerProvider
+	// Metrics records decisions, queue waits and store latency, and
+	// reports the gate's gauges (pool occupancy, shed thresholds, the
+	// adaptive limit) to the registry they were built on. Nil means none.
+	Metrics *Metrics
 }
 
 // Gate is the admission pipeline. It is safe for concurrent use, and its
@@ -41,6 +52,8 @@ type Gate struct {
 	now       func() time.Time
 	log       *slog.Logger
 	instances int
+	tracer    trace.Tracer // nil: no layer spans
+	metrics   *Metrics     // nil: no metrics
 
 	// The later layers keep state across reloads; nil means off.
 	caps     *bulkhead.Caps
@@ -84,6 +97,15 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 		unauth: NewMemoryStore(MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
 	if err := g.buildLayers(cfg); err != nil {
 		return nil, err
+	}
+	if o.TracerProvider != nil {
+		g.tracer = o.TracerProvider.Tracer("github.com/fairgate/fairgate/admission")
+	}
+	if o.Metrics != nil {
+		if err := o.Metrics.reg.Register(newGateCollector(g)); err != nil {
+			return nil, fmt.Errorf("admission: register metrics: %w", err)
+		}
+		g.metrics = o.Metrics
 	}
 	g.cfg.Store(c)
 	return g, nil
@@ -184,23 +206,54 @@ type Request struct {
 // error is for faults only (a cancelled context). When the decision is
 // allowed, the caller must call Decision.Done once the request finishes.
 func (g *Gate) Check(ctx context.Context, req Request) (Decision, error) {
+	d, err := g.check(ctx, req)
+	if g.metrics != nil && err == nil {
+		g.metrics.count(&d)
+	}
+	return d, err
+}
+
+func (g *Gate) check(ctx context.Context, req Request) (Decision, error) {
 	c := g.cfg.Load()
 	var d Decision
 	d.Route = c.routes.lookup(req.Method, req.Path)
 
 	// identify
+	sp := g.layerSpan(ctx, SpanIdentify)
 	key, ok := tenant.ExtractKey(req.Header)
 	var t *tenant.Tenant
 	if ok {
 		t, ok = c.reg.Lookup(key)
 	}
 	if !ok {
-		return g.rejectUnauthenticated(c, req, key != ""), nil
+		d = g.rejectUnauthenticated(c, req, key != "")
+		if sp.on() {
+			sp.s.SetAttributes(attrAuth.String(d.Reason))
+		}
+		sp.end(&d, LayerIdentify)
+		return d, nil
 	}
 	d.Tenant = t
+	if sp.on() {
+		sp.s.SetAttributes(attrAuth.String("ok"), AttrTenantID.String(t.ID), AttrTenantTier.String(t.Tier))
+	}
+	sp.end(&d, LayerIdentify)
 
 	// rate
-	if err := g.rate(ctx, c, &d); err != nil {
+	sp = g.layerSpan(ctx, SpanRate)
+	err := g.rate(ctx, c, &d)
+	if sp.on() {
+		q := &d.Quotas[0]
+		sp.s.SetAttributes(attrCost.Float64(d.Route.Cost), attrRemaining.Float64(q.Remaining), attrLimit.Float64(q.Limit))
+		if d.Layer == LayerRate {
+			sp.s.SetAttributes(attrBucket.String(d.Reason))
+			if d.Reason == "store_unavailable" {
+				sp.s.SetAttributes(attrPolicy.String("fail_closed"))
+			}
+		}
+	}
+	sp.end(&d, LayerRate)
+	if err != nil {
 		return d, err
 	}
 	if d.Status != 0 {
@@ -234,33 +287,55 @@ func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decisio
 	d.held.g = g
 	// concurrency
 	if t.MaxConcurrent > 0 {
+		sp := g.layerSpan(ctx, SpanConcurrency)
 		perInstance := (t.MaxConcurrent + g.instances - 1) / g.instances
 		slot, ok := g.caps.TryAcquire(t.ID, perInstance)
+		if sp.on() {
+			sp.s.SetAttributes(attrMaxConcurrent.Int(perInstance), attrInFlight.Int(g.caps.InFlight(t.ID)))
+		}
 		if !ok {
 			g.reject(d, LayerConcurrency, http.StatusTooManyRequests, "max_concurrent", g.holdHint(pool))
+			sp.end(d, LayerConcurrency)
 			return nil
 		}
 		d.held.slot = slot
+		sp.end(d, LayerConcurrency)
 	}
 	// shed
 	if ps := g.shedderFor(pool); ps != nil {
+		sp := g.layerSpan(ctx, SpanShed)
 		d.held.shed = ps
 		g.observe(ps, pool)
-		if ok, retry := ps.shedder.Admit(shed.PriorityFor(t.Rank, r.Criticality)); !ok {
+		prio := shed.PriorityFor(t.Rank, r.Criticality)
+		ok, retry := ps.shedder.Admit(prio)
+		if sp.on() {
+			sp.s.SetAttributes(attrPool.String(pool), attrPriority.Int(int(prio)), attrThreshold.Int(int(ps.shedder.Threshold())))
+		}
+		if !ok {
 			g.reject(d, LayerShed, http.StatusServiceUnavailable, "priority", retry)
+			sp.end(d, LayerShed)
 			return nil
 		}
+		sp.end(d, LayerShed)
 	}
 	// bulkhead
 	if g.pools != nil {
+		sp := g.layerSpan(ctx, SpanBulkhead)
+		defer sp.end(d, LayerBulkhead)
 		flow := t.ID
 		if f := c.flows[t]; f != nil && int(r.Criticality) < len(f) {
 			flow = f[r.Criticality]
 		}
 		seat, err := g.pools.Acquire(ctx, pool, flow, int(r.Cost))
+		if sp.on() {
+			sp.s.SetAttributes(attrPool.String(pool), attrQueueWait.Float64(float64(seat.Waited())/1e6), attrBorrowed.Bool(err == nil && seat.Borrowed()))
+		}
 		switch {
 		case err == nil:
 			d.held.seat = seat
+			if g.metrics != nil {
+				g.metrics.queueWait.WithLabelValues(pool).Observe(seat.Waited().Seconds())
+			}
 		case errors.Is(err, bulkhead.ErrQueueFull):
 			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "queue_full", g.retryHint(pool))
 			return nil
@@ -275,12 +350,18 @@ func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decisio
 	}
 	// adaptive
 	if g.limiter != nil {
+		sp := g.layerSpan(ctx, SpanAdaptive)
 		p, ok := g.limiter.TryAcquire()
+		if sp.on() {
+			sp.s.SetAttributes(attrLimitCurrent.Int(g.limiter.Limit()), attrLimitInFlight.Int(g.limiter.Inflight()))
+		}
 		if !ok {
 			g.reject(d, LayerAdaptive, http.StatusServiceUnavailable, "limit_reached", time.Second)
+			sp.end(d, LayerAdaptive)
 			return nil
 		}
 		d.held.permit = p
+		sp.end(d, LayerAdaptive)
 	}
 	return nil
 }
@@ -397,6 +478,9 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 		retry = h.RetryAfterHint()
 	}
 	g.reject(d, LayerRate, http.StatusServiceUnavailable, "store_unavailable", retry)
+	if g.metrics != nil {
+		g.metrics.storeErrs.WithLabelValues("fail_closed").Inc()
+	}
 	return nil
 }
 

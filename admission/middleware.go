@@ -3,12 +3,14 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Header names the gate sets. Clients' own copies of them (and anything
@@ -39,6 +41,12 @@ func (g *Gate) Middleware(next http.Handler) http.Handler {
 			w.WriteHeader(StatusClientClosedRequest)
 			return
 		}
+		if sp := trace.SpanFromContext(r.Context()); sp.IsRecording() {
+			d.Annotate(sp)
+		}
+		if g.log.Enabled(r.Context(), slog.LevelDebug) {
+			g.logDecision(r.Context(), &d, reqID)
+		}
 		writeRateLimitHeaders(w.Header(), &d)
 		if !d.Allowed {
 			WriteRejection(w, &d, reqID)
@@ -51,6 +59,24 @@ func (g *Gate) Middleware(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, &d)))
 		ok = r.Context().Err() == nil
 	})
+}
+
+// logDecision logs d at debug level: one line per decision, with the
+// request ID (and the trace ID, when the logger's handler adds it from ctx).
+// The API key never appears: only the tenant it identified.
+func (g *Gate) logDecision(ctx context.Context, d *Decision, reqID string) {
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs, slog.String("request_id", reqID), slog.String("route", d.Route.Name))
+	if d.Tenant != nil {
+		attrs = append(attrs, slog.String("tenant", d.Tenant.ID), slog.String("tier", d.Tenant.Tier))
+	}
+	if d.Allowed {
+		attrs = append(attrs, slog.String("decision", OutcomeAdmit))
+	} else {
+		attrs = append(attrs, slog.String("decision", OutcomeReject), slog.String("layer", d.Layer.String()),
+			slog.String("reason", d.Reason), slog.Int("status", d.Status), slog.Duration("retry_after", d.RetryAfter))
+	}
+	g.log.LogAttrs(ctx, slog.LevelDebug, "admission decision", attrs...)
 }
 
 // Echo returns the gate as Echo middleware.

@@ -40,6 +40,10 @@ type Config struct {
 	// Sentinel or Cluster) so that many stateless instances share them.
 	// Nil means the embedded in-memory store.
 	Redis *redisstore.Config `yaml:"redis"`
+
+	// Tracing exports OpenTelemetry traces over OTLP. Nil means off unless
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set (see NewTracerProvider).
+	Tracing *TracingConfig `yaml:"tracing"`
 }
 
 // ServerConfig is the edge's hygiene: timeouts and size limits. Zero values
@@ -121,6 +125,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Redis != nil {
 		if err := c.Redis.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Tracing != nil {
+		if err := c.Tracing.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

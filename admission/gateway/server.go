@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/admission/redisstore"
@@ -37,6 +40,13 @@ type Options struct {
 	// breaker changes state (for metrics).
 	OnRedisPolicy   func(p redisstore.FailurePolicy, cause error)
 	OnBreakerChange func(from, to redisstore.BreakerState)
+	// TracerProvider makes the request's spans (NewTracerProvider builds
+	// one from the config). Nil means no tracing, at no cost per request.
+	TracerProvider trace.TracerProvider
+	// Metrics is the registry the admin listener's /metrics serves; the
+	// server registers its metrics on it. Nil means a new registry (never
+	// the global one).
+	Metrics *prometheus.Registry
 }
 
 // Server is the gateway: edge, admission pipeline and reverse proxy.
@@ -51,6 +61,7 @@ type Server struct {
 	started time.Time
 	bufs    sync.Pool // *bytes.Buffer for request buffering
 	closers []func() error
+	tel     *telemetry
 }
 
 // Close releases what New opened (the Redis store and client). Call it
@@ -75,6 +86,10 @@ func New(cfg Config, o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	tel, err := newTelemetry(&o)
+	if err != nil {
+		return nil, err
+	}
 	var closers []func() error
 	instances := 1
 	if o.Store == nil && cfg.Redis != nil {
@@ -98,7 +113,8 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger, Instances: instances})
+	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger, Instances: instances,
+		TracerProvider: o.TracerProvider, Metrics: tel.metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +130,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			ExpectContinueTimeout: time.Second,
 		}
 	}
-	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers}
+	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers, tel: tel}
 	s.cfg.Store(&cfg)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -127,17 +143,20 @@ func New(cfg Config, o Options) (*Server, error) {
 				pr.Out.Header.Set(admission.HeaderTenantTier, d.Tenant.Tier)
 			}
 			pr.Out.Header.Set(admission.HeaderRequestID, pr.In.Header.Get(admission.HeaderRequestID))
+			tel.injectTrace(pr.Out)
 		},
-		Transport:    o.Transport,
-		ErrorHandler: s.proxyError,
-		ErrorLog:     slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		Transport:      o.Transport,
+		ModifyResponse: upstreamAnswered,
+		ErrorHandler:   s.proxyError,
+		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(echo.WrapMiddleware(s.hygiene))
 	e.Use(gate.Echo())
-	e.Any("/*", echo.WrapHandler(s.bufferRequests(proxy)))
-	e.Any("/", echo.WrapHandler(s.bufferRequests(proxy)))
+	upstream := s.bufferRequests(tel.upstreamSpan(proxy))
+	e.Any("/*", echo.WrapHandler(upstream))
+	e.Any("/", echo.WrapHandler(upstream))
 	s.edge = e
 	s.admin = s.adminMux()
 	s.ready.Store(true)
@@ -175,14 +194,36 @@ func (s *Server) Reload(cfg Config) error {
 	return nil
 }
 
-// hygiene is the outermost middleware: a request ID on every response, and
-// the body limit (413 before the pipeline runs when Content-Length already
+// hygiene is the outermost middleware: a request ID on every response, the
+// root span (when tracing) and the access log (at debug level), and the
+// body limit (413 before the pipeline runs when Content-Length already
 // says too much).
 func (s *Server) hygiene(next http.Handler) http.Handler {
+	inner := s.hygieneInner(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := admission.NewRequestID()
 		w.Header().Set(admission.HeaderRequestID, id)
 		r.Header.Set(admission.HeaderRequestID, id)
+		r, sp := s.tel.startRequest(w, r)
+		logged := s.log.Enabled(r.Context(), slog.LevelDebug)
+		if sp == nil && !logged {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		inner.ServeHTTP(sw, r)
+		endRequest(sp, sw.status, id)
+		if logged {
+			s.logRequest(r.Context(), r, sw.status, id, start)
+		}
+	})
+}
+
+// hygieneInner enforces the body limit.
+func (s *Server) hygieneInner(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(admission.HeaderRequestID)
 		max := s.cfg.Load().Server.MaxBodyBytes
 		if r.ContentLength > max {
 			admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{
@@ -201,6 +242,7 @@ func (s *Server) hygiene(next http.Handler) http.Handler {
 // logged 499 when the client went away (nobody reads it).
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	id := w.Header().Get(admission.HeaderRequestID)
+	upstreamFailed(r, err)
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
@@ -208,14 +250,14 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{Error: "request_too_large",
 			Layer: "edge", Reason: "body_too_large", RequestID: id, Message: "The request body is larger than this gateway accepts."})
 	case r.Context().Err() != nil:
-		s.log.Info("client closed request", "request_id", id, "status", admission.StatusClientClosedRequest)
+		s.log.InfoContext(r.Context(), "client closed request", "request_id", id, "status", admission.StatusClientClosedRequest)
 		w.WriteHeader(admission.StatusClientClosedRequest)
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		s.log.Warn("upstream timeout", "request_id", id, "err", err)
+		s.log.WarnContext(r.Context(), "upstream timeout", "request_id", id, "err", err)
 		admission.WriteError(w, http.StatusGatewayTimeout, &admission.Rejection{Error: "upstream_timeout",
 			Layer: "proxy", Reason: "timeout", RequestID: id, Message: "The upstream did not answer in time."})
 	default:
-		s.log.Warn("upstream error", "request_id", id, "err", err)
+		s.log.WarnContext(r.Context(), "upstream error", "request_id", id, "err", err)
 		admission.WriteError(w, http.StatusBadGateway, &admission.Rejection{Error: "bad_gateway",
 			Layer: "proxy", Reason: "upstream_unreachable", RequestID: id, Message: "The upstream could not be reached."})
 	}
@@ -233,6 +275,7 @@ func (s *Server) adminMux() *http.ServeMux {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.tel.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
 		st, ok := s.gate.TenantState(r.PathValue("id"))
 		if !ok {

@@ -24,11 +24,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/admission/redisstore"
 	"github.com/fairgate/fairgate/bench"
 	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/internal/tracelog"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -88,7 +90,9 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	// JSON lines; a line logged with a request's context carries its
+	// trace_id and span_id.
+	log := slog.New(tracelog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 	// go-redis logs every failed dial through its own package logger; the
 	// Redis store already logs Redis trouble at a bounded rate, so these
 	// lines go to debug.
@@ -122,7 +126,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := gateway.New(cfg, gateway.Options{Logger: log})
+	tp, stopTracing, err := startTracing(ctx, log, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	srv, err := gateway.New(cfg, gateway.Options{Logger: log, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -146,6 +155,7 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, srv *gatewa
 			if err == nil {
 				err = srv.Reload(cfg)
 			}
+			srv.RecordReload(err)
 			if err != nil {
 				log.Error("config reload failed; keeping the old config", "err", err.Error())
 				continue
@@ -153,6 +163,24 @@ func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, srv *gatewa
 			log.Info("config reloaded", "path", path)
 		}
 	}
+}
+
+// startTracing builds the tracer provider from the config's tracing section
+// and the OTEL_* environment; nil when tracing is off. stop flushes the
+// spans still buffered (with its own deadline: ctx is done by then).
+func startTracing(ctx context.Context, log *slog.Logger, cfg *gateway.TracingConfig) (trace.TracerProvider, func(), error) {
+	tp, err := gateway.NewTracerProvider(ctx, cfg, os.Getenv)
+	if err != nil || tp == nil {
+		return nil, func() {}, err
+	}
+	log.Info("tracing on: rejected requests' traces and a sample of admitted ones go to the OTLP endpoint")
+	return tp, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(sctx); err != nil {
+			log.Warn("tracing: flush on shutdown", "err", err.Error())
+		}
+	}, nil
 }
 
 func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, addr, adminAddr string, drain time.Duration) error {
@@ -201,7 +229,12 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer up.Close()
 	cfg.Upstream = "http://" + uln.Addr().String()
 	cfg.Listen, cfg.AdminListen = *listen, *admin
-	srv, err := gateway.New(cfg, gateway.Options{Logger: log})
+	tp, stopTracing, err := startTracing(ctx, log, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	srv, err := gateway.New(cfg, gateway.Options{Logger: log, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,369 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/redisstore"
+	"github.com/fairgate/fairgate/internal/tailsample"
+)
+
+// HeaderTraceID is the response header that carries the request's trace ID
+// (32 hex digits), for a support ticket to quote; Jaeger finds the trace by
+// it. Set only when tracing is on.
+const HeaderTraceID = "X-Trace-Id"
+
+// TracingConfig is the file's tracing section. Without it (and without
+// OTEL_EXPORTER_OTLP_ENDPOINT in the environment) tracing is off.
+type TracingConfig struct {
+	// Endpoint is the OTLP receiver's base URL, as in
+	// OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318" for HTTP (the
+	// exporter adds /v1/traces), "http://127.0.0.1:4317" for gRPC. The
+	// scheme http means no TLS. Empty means OTEL_EXPORTER_OTLP_ENDPOINT.
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is "http/protobuf" (or "http") or "grpc". Empty means
+	// OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.
+	Protocol Protocol `yaml:"protocol"`
+	// SampleAdmitted is the fraction of admitted requests whose trace is
+	// exported, 0 to 1. Rejected requests' traces are always exported.
+	// Nil means 0.01.
+	SampleAdmitted *float64 `yaml:"sample_admitted"`
+	// ServiceName is the service.name resource attribute. Empty means
+	// OTEL_SERVICE_NAME, else "fairgate".
+	ServiceName string `yaml:"service_name"`
+}
+
+// DefaultSampleAdmitted is the fraction of admitted traces exported when
+// tracing.sample_admitted is not set.
+const DefaultSampleAdmitted = 0.01
+
+// Protocol is an OTLP transport.
+type Protocol string
+
+// The OTLP transports.
+const (
+	ProtocolHTTP Protocol = "http/protobuf"
+	ProtocolGRPC Protocol = "grpc"
+)
+
+// UnmarshalText accepts "http/protobuf", "http", "grpc" or empty, and
+// rejects anything else at load time.
+func (p *Protocol) UnmarshalText(b []byte) error {
+	v, err := parseProtocol(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+func parseProtocol(s string) (Protocol, error) {
+	switch s {
+	case "":
+		return "", nil
+	case "http/protobuf", "http":
+		return ProtocolHTTP, nil
+	case "grpc":
+		return ProtocolGRPC, nil
+	}
+	return "", fmt.Errorf("unknown OTLP protocol %q (want http/protobuf or grpc)", s)
+}
+
+// Validate checks the section; errors name the field.
+func (c *TracingConfig) Validate() error {
+	var errs []error
+	if c.Endpoint != "" {
+		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("tracing.endpoint: %q is not an http(s) URL with a host (e.g. http://127.0.0.1:4318)", c.Endpoint))
+		}
+	}
+	if _, err := parseProtocol(string(c.Protocol)); err != nil {
+		errs = append(errs, fmt.Errorf("tracing.protocol: %w", err))
+	}
+	if r := c.SampleAdmitted; r != nil && !(*r >= 0 && *r <= 1) {
+		errs = append(errs, fmt.Errorf("tracing.sample_admitted: %v is not between 0 and 1", *r))
+	}
+	return errors.Join(errs...)
+}
+
+// NewTracerProvider builds the tracer provider the file's tracing section
+// and the standard OTel environment variables (read with getenv) describe,
+// or returns nil when tracing is off (no section and no
+// OTEL_EXPORTER_OTLP_ENDPOINT). File settings win over the environment.
+//
+// Every span is recorded; a tail sampler (internal/tailsample) exports the
+// whole trace of every rejected request, and admitted ones at
+// sample_admitted. Shutdown flushes what is buffered.
+func NewTracerProvider(ctx context.Context, cfg *TracingConfig, getenv func(string) string) (*sdktrace.TracerProvider, error) {
+	var c TracingConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	fromEnv := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	if c.Endpoint == "" && !fromEnv {
+		if cfg != nil {
+			return nil, errors.New("tracing.endpoint: required unless OTEL_EXPORTER_OTLP_ENDPOINT is set")
+		}
+		return nil, nil
+	}
+	proto := c.Protocol
+	for _, env := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if proto != "" {
+			break
+		}
+		p, err := parseProtocol(getenv(env))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", env, err)
+		}
+		proto = p
+	}
+	service := cmp.Or(c.ServiceName, getenv("OTEL_SERVICE_NAME"), "fairgate")
+	ratio := DefaultSampleAdmitted
+	if c.SampleAdmitted != nil {
+		ratio = *c.SampleAdmitted
+	}
+
+	var exp *otlptrace.Exporter
+	var err error
+	if proto == ProtocolGRPC {
+		var opts []otlptracegrpc.Option
+		if c.Endpoint != "" {
+			opts = append(opts, otlptracegrpc.WithEndpointURL(c.Endpoint))
+		}
+		exp, err = otlptracegrpc.New(ctx, opts...)
+	} else {
+		var opts []otlptracehttp.Option
+		if c.Endpoint != "" {
+			opts = append(opts, otlptracehttp.WithEndpointURL(strings.TrimSuffix(c.Endpoint, "/")+"/v1/traces"))
+		}
+		exp, err = otlptracehttp.New(ctx, opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithAttributes(attribute.String("service.name", service)))
+	if err != nil {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	tail := tailsample.New(sdktrace.NewBatchSpanProcessor(exp), tailsample.Config{
+		Ratio: ratio,
+		Keep:  tailsample.KeepAttr(admission.AttrDecision, admission.OutcomeAdmit),
+	})
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithSpanProcessor(tail),
+		sdktrace.WithResource(res),
+	), nil
+}
+
+// telemetry is the server's tracer, propagator and metrics.
+type telemetry struct {
+	tracer  trace.Tracer // nil: tracing off
+	prop    propagation.TextMapPropagator
+	reg     *prometheus.Registry
+	metrics *admission.Metrics
+	reloads *prometheus.CounterVec
+}
+
+func newTelemetry(o *Options) (*telemetry, error) {
+	t := &telemetry{prop: propagation.TraceContext{}, reg: o.Metrics}
+	if o.TracerProvider != nil {
+		t.tracer = o.TracerProvider.Tracer("github.com/fairgate/fairgate/admission/gateway")
+	}
+	if t.reg == nil {
+		t.reg = prometheus.NewRegistry()
+	}
+	m, err := admission.NewMetrics(t.reg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	t.metrics = m
+	t.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fairgate_config_reloads_total",
+		Help: "Config reload attempts by result (ok, error). On error the old config stays.",
+	}, []string{"result"})
+	if err := t.reg.Register(t.reloads); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	t.reloads.WithLabelValues("ok")
+	t.reloads.WithLabelValues("error")
+	m.SetBreakerState("closed")
+	// The Redis store's hooks feed the store metrics; a caller's own
+	// hooks still run.
+	onPolicy, onBreaker := o.OnRedisPolicy, o.OnBreakerChange
+	o.OnRedisPolicy = func(p redisstore.FailurePolicy, cause error) {
+		m.StorePolicy.WithLabelValues(p.String(), causeKind(cause)).Inc()
+		if onPolicy != nil {
+			onPolicy(p, cause)
+		}
+	}
+	o.OnBreakerChange = func(from, to redisstore.BreakerState) {
+		m.SetBreakerState(to.String())
+		if onBreaker != nil {
+			onBreaker(from, to)
+		}
+	}
+	return t, nil
+}
+
+// causeKind turns a store failure's cause into a bounded label.
+func causeKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, redisstore.ErrBreakerOpen):
+		return "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	default:
+		return "error"
+	}
+}
+
+// RecordReload counts a config reload attempt in
+// fairgate_config_reloads_total: nil is a success. Pass it as
+// WatchOptions.OnReload (Reload does not count by itself, so that a file
+// that fails to parse counts as well, once).
+func (s *Server) RecordReload(err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.tel.reloads.WithLabelValues(result).Inc()
+}
+
+// Metrics returns the registry /metrics serves, for a caller to add its
+// own collectors to.
+func (s *Server) Metrics() *prometheus.Registry { return s.tel.reg }
+
+// statusWriter remembers the response's status for the root span and the
+// access log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// startRequest starts the root span, fairgate.request, and puts the trace
+// ID in the response. A traceparent sent by the client is not trusted as
+// parent (a client could merge its requests into one trace or pick our
+// sampling); it becomes a link. Without tracing it returns r and a nil
+// span.
+func (t *telemetry) startRequest(w http.ResponseWriter, r *http.Request) (*http.Request, trace.Span) {
+	if t.tracer == nil {
+		return r, nil
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", r.Method))}
+	if remote := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.HeaderCarrier(r.Header))); remote.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
+	}
+	ctx, sp := t.tracer.Start(r.Context(), admission.SpanRequest, opts...)
+	w.Header().Set(HeaderTraceID, sp.SpanContext().TraceID().String())
+	return r.WithContext(ctx), sp
+}
+
+// endRequest ends the root span with the response's status. A 5xx the
+// admission layers did not explain (502, 504) is an error too, so the tail
+// sampler keeps its trace.
+func endRequest(sp trace.Span, status int, reqID string) {
+	if sp == nil {
+		return
+	}
+	sp.SetAttributes(admission.AttrStatusCode.Int(status), admission.AttrRequestID.String(reqID))
+	if status >= 500 {
+		sp.SetStatus(codes.Error, "HTTP "+strconv.Itoa(status))
+	}
+	sp.End()
+}
+
+// logRequest writes the access-log line (debug level): request ID, method,
+// status and duration; the logger's handler adds the trace ID from ctx.
+func (s *Server) logRequest(ctx context.Context, r *http.Request, status int, reqID string, start time.Time) {
+	s.log.LogAttrs(ctx, slog.LevelDebug, "request", slog.String("request_id", reqID), slog.String("method", r.Method),
+		slog.Int("status", status), slog.Duration("duration", time.Since(start)))
+}
+
+// upstreamSpan wraps the reverse proxy in the proxy.upstream span. The
+// proxy's Rewrite injects its traceparent into the upstream request.
+func (t *telemetry) upstreamSpan(next http.Handler) http.Handler {
+	if t.tracer == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, sp := t.tracer.Start(r.Context(), admission.SpanUpstream, trace.WithSpanKind(trace.SpanKindClient))
+		defer sp.End()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// injectTrace replaces any client-sent trace headers on the upstream
+// request with the proxy.upstream span's.
+func (t *telemetry) injectTrace(out *http.Request) {
+	if t.tracer == nil {
+		return
+	}
+	out.Header.Del("Traceparent")
+	out.Header.Del("Tracestate")
+	t.prop.Inject(out.Context(), propagation.HeaderCarrier(out.Header))
+}
+
+// upstreamAnswered records the upstream's status on the proxy.upstream span.
+func upstreamAnswered(resp *http.Response) error {
+	sp := trace.SpanFromContext(resp.Request.Context())
+	if !sp.IsRecording() {
+		return nil
+	}
+	sp.SetAttributes(admission.AttrStatusCode.Int(resp.StatusCode))
+	if resp.StatusCode >= 500 {
+		sp.SetStatus(codes.Error, "upstream HTTP "+strconv.Itoa(resp.StatusCode))
+	}
+	return nil
+}
+
+// upstreamFailed records a proxy error on the proxy.upstream span.
+func upstreamFailed(r *http.Request, err error) {
+	if sp := trace.SpanFromContext(r.Context()); sp.IsRecording() {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+}
