@@ -171,6 +171,7 @@ func goodputPlot(path string, res *Results) error {
 		p.Legend.Add(id, bars)
 	}
 	p.NominalX(modes...)
+	p.X.Min, p.X.Max = -0.6, float64(len(modes))-0.4
 	img := vgimg.New(8*vg.Centimeter+vg.Length(len(modes))*4*vg.Centimeter, 10*vg.Centimeter)
 	p.Draw(draw.New(img))
 	return savePNG(path, img)
