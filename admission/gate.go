@@ -392,6 +392,9 @@ func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decisio
 		case errors.Is(err, bulkhead.ErrWaitTimeout):
 			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
 			return nil
+		case errors.Is(err, bulkhead.ErrDraining):
+			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "draining", time.Second)
+			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
 		default:
@@ -477,7 +480,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 	if r.Group != "" {
 		if q, ok := t.Groups[r.Group]; ok {
 			l := Limit{Rate: q.Rate, Burst: q.Burst}
-			res, err := g.store.Take(ctx, BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
+			res, err := g.take(ctx, BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
 			if err != nil {
 				return g.storeFailed(ctx, d, err)
 			}
@@ -491,7 +494,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 		}
 	}
 	l := Limit{Rate: t.Rate, Burst: t.Burst}
-	res, err := g.store.Take(ctx, BucketKey{Tenant: t.ID}, l, r.Cost)
+	res, err := g.take(ctx, BucketKey{Tenant: t.ID}, l, r.Cost)
 	if err != nil {
 		return g.storeFailed(ctx, d, err)
 	}
@@ -504,7 +507,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 		return nil
 	}
 	if c.global != nil {
-		res, err := g.store.Take(ctx, BucketKey{}, *c.global, r.Cost)
+		res, err := g.take(ctx, BucketKey{}, *c.global, r.Cost)
 		if err != nil {
 			return g.storeFailed(ctx, d, err)
 		}
@@ -513,6 +516,18 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 		}
 	}
 	return nil
+}
+
+// take is the store's Take, timed for fairgate_store_take_seconds when
+// metrics are on.
+func (g *Gate) take(ctx context.Context, k BucketKey, l Limit, cost float64) (Result, error) {
+	if g.metrics == nil {
+		return g.store.Take(ctx, k, l, cost)
+	}
+	start := time.Now()
+	res, err := g.store.Take(ctx, k, l, cost)
+	g.metrics.storeTake.Observe(time.Since(start).Seconds())
+	return res, err
 }
 
 // storeFailed applies the rate layer's failure rule: a context cancelled by
@@ -649,6 +664,15 @@ func (g *Gate) TenantState(id string) (TenantState, bool) {
 		st.Tokens = &tok
 	}
 	return st, true
+}
+
+// Drain is for graceful shutdown: requests waiting in the bulkhead queues
+// get a 503 (reason "draining") at once, and so does every later request
+// that finds no free seat; requests holding seats finish normally.
+func (g *Gate) Drain() {
+	if g.pools != nil {
+		g.pools.Drain()
+	}
 }
 
 // UnauthenticatedBuckets returns how many per-IP buckets of failed

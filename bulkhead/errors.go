@@ -12,6 +12,10 @@ var (
 	// getting a seat. Maps to 503, reason wait_timeout.
 	ErrWaitTimeout = errors.New("bulkhead: wait timeout")
 
+	// ErrDraining: the pools are shutting down (Drain) and the request
+	// found no free seat. Maps to 503, reason draining.
+	ErrDraining = errors.New("bulkhead: draining")
+
 	// ErrUnknownPool: Acquire named a pool that is not configured. A
 	// wiring fault, not overload.
 	ErrUnknownPool = errors.New("bulkhead: unknown pool")

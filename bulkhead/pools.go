@@ -25,8 +25,9 @@ type Pools struct {
 	// fairness tests.
 	fifo bool
 
-	mu     sync.Mutex
-	total  int
+	mu       sync.Mutex
+	draining bool // set by Drain: nothing queues any more
+	total    int
 	queued int          // requests queued in all pools
 	rotor  int          // the pool that borrows first in the next dispatch
 	free   []*seatToken // tokens of released seats, for reuse
@@ -57,6 +58,7 @@ type waiter struct {
 	granted  time.Time // zero until granted
 	lender   *pool     // whose seat was granted
 	evicted  bool      // pushed out of a full queue
+	drained  bool      // sent away by Drain
 }
 
 // seatToken makes Release idempotent: a Seat is valid while its gen matches
@@ -222,6 +224,10 @@ func (ps *Pools) Acquire(ctx context.Context, pool, flow string, cost int) (Seat
 			return s, nil
 		}
 	}
+	if ps.draining {
+		ps.mu.Unlock()
+		return Seat{}, ErrDraining
+	}
 	if !ps.makeRoomLocked(p, flow) {
 		ps.mu.Unlock()
 		return Seat{}, ErrQueueFull
@@ -231,6 +237,27 @@ func (ps *Pools) Acquire(ctx context.Context, pool, flow string, cost int) (Seat
 	ps.queued++
 	ps.mu.Unlock()
 	return ps.wait(ctx, p, w)
+}
+
+// Drain is for graceful shutdown: every request waiting in a queue fails at
+// once with ErrDraining, and from now on a request that finds no free seat
+// fails with ErrDraining instead of queueing. Requests holding seats keep
+// them, and free seats are still handed out. Drain cannot be undone.
+func (ps *Pools) Drain() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.draining = true
+	for _, p := range ps.order {
+		for {
+			w, ok := p.queue.Pop()
+			if !ok {
+				break
+			}
+			ps.queued--
+			w.drained = true
+			w.ready <- struct{}{}
+		}
+	}
 }
 
 func (ps *Pools) flowKey(flow string) string {
@@ -278,6 +305,8 @@ func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
 	switch {
 	case w.evicted:
 		return Seat{}, ErrQueueFull
+	case w.drained:
+		return Seat{}, ErrDraining
 	case !w.granted.IsZero():
 		if cerr := ctx.Err(); cerr != nil {
 			// Granted as the caller gave up: never served, the seat

@@ -301,3 +301,45 @@ func TestPoolsRetryAfterHint(t *testing.T) {
 		checkDrained(t, ps)
 	})
 }
+
+func TestDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps, err := NewPools(Config{Total: 1, Pools: map[string]PoolConfig{"a": {Share: 1, QueueLength: 4, MaxWait: time.Minute}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := ps.Acquire(context.Background(), "a", "t1", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := ps.Acquire(context.Background(), "a", "t2", 1)
+				errs <- err
+			}()
+		}
+		synctest.Wait()
+		if st, _ := ps.Stats("a"); st.Queued != 2 {
+			t.Fatalf("queued %d, want 2", st.Queued)
+		}
+		ps.Drain()
+		for range 2 {
+			if err := <-errs; !errors.Is(err, ErrDraining) {
+				t.Fatalf("queued request after Drain: %v, want ErrDraining", err)
+			}
+		}
+		if _, err := ps.Acquire(context.Background(), "a", "t3", 1); !errors.Is(err, ErrDraining) {
+			t.Fatalf("new request with no free seat after Drain: %v", err)
+		}
+		held.Release()
+		s, err := ps.Acquire(context.Background(), "a", "t3", 1)
+		if err != nil {
+			t.Fatalf("a free seat after Drain: %v", err)
+		}
+		s.Release()
+		if st, _ := ps.Stats("a"); st.Queued != 0 || st.InFlight != 0 {
+			t.Fatalf("gauges after drain: %+v", st)
+		}
+	})
+}

@@ -325,10 +325,11 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, drain time
 	case <-ctx.Done():
 	}
 	s.SetReady(false)
+	s.gate.Drain() // queued requests get 503 now rather than a seat they would not finish in
 	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	err := pub.Shutdown(sctx)
-	adm.Shutdown(sctx)
+	adm.Shutdown(sctx) // after the public listener: /readyz answers "not ready" while it drains
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
