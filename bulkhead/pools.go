@@ -28,9 +28,9 @@ type Pools struct {
 	mu       sync.Mutex
 	draining bool // set by Drain: nothing queues any more
 	total    int
-	queued int          // requests queued in all pools
-	rotor  int          // the pool that borrows first in the next dispatch
-	free   []*seatToken // tokens of released seats, for reuse
+	queued   int          // requests queued in all pools
+	rotor    int          // the pool that borrows first in the next dispatch
+	free     []*seatToken // tokens of released seats, for reuse
 }
 
 // pool is one named pool. Its fields below cfg are guarded by Pools.mu.
