@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -278,9 +277,4 @@ func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.adInFlight, g.limiter.Inflight())
 	}
 	gauge(c.tenantsInFlightTracked, g.caps.Tenants())
-}
-
-// observeTake records one store take's latency.
-func (m *Metrics) observeTake(start time.Time, now time.Time) {
-	m.storeTake.Observe(now.Sub(start).Seconds())
 }

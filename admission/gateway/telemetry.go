@@ -87,7 +87,7 @@ func parseProtocol(s string) (Protocol, error) {
 	case "grpc":
 		return ProtocolGRPC, nil
 	}
-	return "", fmt.Errorf("unknown OTLP protocol %q (want http/protobuf or grpc)", s)
+	return "", fmt.Errorf("tracing.protocol: unknown OTLP protocol %q (want http/protobuf or grpc)", s)
 }
 
 // Validate checks the section; errors name the field.
@@ -99,7 +99,7 @@ func (c *TracingConfig) Validate() error {
 		}
 	}
 	if _, err := parseProtocol(string(c.Protocol)); err != nil {
-		errs = append(errs, fmt.Errorf("tracing.protocol: %w", err))
+		errs = append(errs, err)
 	}
 	if r := c.SampleAdmitted; r != nil && !(*r >= 0 && *r <= 1) {
 		errs = append(errs, fmt.Errorf("tracing.sample_admitted: %v is not between 0 and 1", *r))
@@ -310,10 +310,17 @@ func endRequest(sp trace.Span, status int, reqID string) {
 		return
 	}
 	sp.SetAttributes(admission.AttrStatusCode.Int(status), admission.AttrRequestID.String(reqID))
-	if status >= 500 {
+	if status >= 500 && !hasError(sp) {
 		sp.SetStatus(codes.Error, "HTTP "+strconv.Itoa(status))
 	}
 	sp.End()
+}
+
+// hasError reports whether sp's status is already Error (set by the
+// decision, whose description says more than the status code).
+func hasError(sp trace.Span) bool {
+	ro, ok := sp.(interface{ Status() sdktrace.Status })
+	return ok && ro.Status().Code == codes.Error
 }
 
 // logRequest writes the access-log line (debug level): request ID, method,
