@@ -28,8 +28,11 @@ type denyShard struct {
 	m  map[denyKey]denyEntry
 }
 
+// denyKey includes the limit, so a reload that changes a tenant's quota
+// never finds a denial decided under the old one: the next take asks Redis.
 type denyKey struct {
 	k    admission.BucketKey
+	l    admission.Limit
 	cost float64
 }
 
@@ -57,13 +60,13 @@ func (c *denyCache) shard(k admission.BucketKey) *denyShard {
 }
 
 // get returns the cached denial of (k, cost) at now, if one holds.
-func (c *denyCache) get(k admission.BucketKey, cost float64, now time.Time) (admission.Result, bool) {
+func (c *denyCache) get(k admission.BucketKey, l admission.Limit, cost float64, now time.Time) (admission.Result, bool) {
 	t := now.UnixNano()
 	sh := c.shard(k)
 	sh.mu.Lock()
-	e, ok := sh.m[denyKey{k, cost}]
+	e, ok := sh.m[denyKey{k, l, cost}]
 	if ok && t >= e.until {
-		delete(sh.m, denyKey{k, cost})
+		delete(sh.m, denyKey{k, l, cost})
 		ok = false
 	}
 	sh.mu.Unlock()
@@ -78,7 +81,7 @@ func (c *denyCache) get(k admission.BucketKey, cost float64, now time.Time) (adm
 }
 
 // put records the denial r of (k, cost) decided at now.
-func (c *denyCache) put(k admission.BucketKey, cost float64, r admission.Result, now time.Time) {
+func (c *denyCache) put(k admission.BucketKey, l admission.Limit, cost float64, r admission.Result, now time.Time) {
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
 	}
@@ -100,7 +103,7 @@ func (c *denyCache) put(k admission.BucketKey, cost float64, r admission.Result,
 			delete(sh.m, dk)
 		}
 	}
-	sh.m[denyKey{k, cost}] = e
+	sh.m[denyKey{k, l, cost}] = e
 }
 
 // len returns the number of entries, for tests.

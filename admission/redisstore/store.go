@@ -159,7 +159,7 @@ func (s *Store) Decide(ctx context.Context, k admission.BucketKey, l admission.L
 		return admission.Result{}, Outcome{}, ErrClosed
 	}
 	if s.deny != nil {
-		if r, ok := s.deny.get(k, cost, s.now()); ok {
+		if r, ok := s.deny.get(k, l, cost, s.now()); ok {
 			return r, Outcome{Source: FromDenyCache}, nil
 		}
 	}
@@ -179,7 +179,7 @@ func (s *Store) Decide(ctx context.Context, k admission.BucketKey, l admission.L
 	done(nil)
 	r := rep.result(l, cost)
 	if !r.Allowed && s.deny != nil {
-		s.deny.put(k, cost, r, s.now())
+		s.deny.put(k, l, cost, r, s.now())
 	}
 	return r, Outcome{Source: FromRedis}, nil
 }

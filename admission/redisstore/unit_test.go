@@ -166,22 +166,26 @@ func TestDenyCacheBoundedAndExpires(t *testing.T) {
 	c := newDenyCache(64)
 	now := time.Unix(1000, 0)
 	deny := admission.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second, Remaining: 0.5}
+	lim := admission.Limit{Rate: 5, Burst: 25}
 	for i := range 1000 {
-		c.put(admission.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, 1, deny, now)
+		c.put(admission.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, lim, 1, deny, now)
 	}
 	if n := c.len(); n > 64 {
 		t.Errorf("len = %d, want <= 64", n)
 	}
 	k := admission.BucketKey{Tenant: "t"}
-	c.put(k, 1, deny, now)
-	r, ok := c.get(k, 1, now.Add(400*time.Millisecond))
+	c.put(k, lim, 1, deny, now)
+	r, ok := c.get(k, lim, 1, now.Add(400*time.Millisecond))
 	if !ok || r.Allowed || r.RetryAfter != 600*time.Millisecond || r.ResetAfter != 1600*time.Millisecond {
 		t.Errorf("get before expiry = %+v, %v", r, ok)
 	}
-	if _, ok := c.get(k, 2, now); ok {
+	if _, ok := c.get(k, lim, 2, now); ok {
 		t.Error("get with another cost hit")
 	}
-	if _, ok := c.get(k, 1, now.Add(time.Second)); ok {
+	if _, ok := c.get(k, admission.Limit{Rate: lim.Rate * 2, Burst: lim.Burst}, 1, now); ok {
+		t.Fatal("a denial decided under the old limit answered for a new one (reload)")
+	}
+	if _, ok := c.get(k, lim, 1, now.Add(time.Second)); ok {
 		t.Error("get at expiry hit")
 	}
 }
