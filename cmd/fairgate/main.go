@@ -136,33 +136,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer srv.Close()
-	go reloadOnHUP(ctx, log, *path, srv)
-	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, *drain)
-}
-
-// reloadOnHUP reloads the config file on SIGHUP. A bad file keeps the old
-// config and logs the field-level error.
-func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, srv *gateway.Server) {
+	// SIGHUP and changes to the file reload it; a bad file keeps the old
+	// config and logs the field-level error.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			cfg, err := gateway.Load(path)
-			if err == nil {
-				err = srv.Reload(cfg)
-			}
-			srv.RecordReload(err)
-			if err != nil {
-				log.Error("config reload failed; keeping the old config", "err", err.Error())
-				continue
-			}
-			log.Info("config reloaded", "path", path)
-		}
+	watcher, err := srv.WatchConfig(*path, gateway.WatchOptions{Reload: hup, OnReload: srv.RecordReload})
+	if err != nil {
+		return err
 	}
+	go watcher.Run(ctx)
+	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, *drain)
 }
 
 // startTracing builds the tracer provider from the config's tracing section
