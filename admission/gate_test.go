@@ -279,3 +279,44 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 	})
 }
+
+// TestMiddlewarePanic: a panicking handler behind the embedded middleware
+// gets that request a 500; its concurrency slot is released and the next
+// request is admitted.
+func TestMiddlewarePanic(t *testing.T) {
+	reg, err := tenant.NewRegistry(tenant.Config{
+		Tiers:   map[string]tenant.TierConfig{"t": {Rate: 100, Burst: 100, MaxConcurrent: 1}},
+		Tenants: []tenant.TenantConfig{{ID: "acme", Tier: "t", APIKeysSHA256: []string{tenant.HashKey("k")}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{}, reg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := true
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if boom {
+			panic("bug in the service")
+		}
+		w.WriteHeader(204)
+	}))
+	serve := func() int {
+		r := httptest.NewRequest("GET", "/x", nil)
+		r.Header.Set("X-API-Key", "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if got := serve(); got != 500 {
+		t.Fatalf("panicking handler: %d, want 500", got)
+	}
+	if st, _ := g.TenantState("acme"); st.InFlight != 0 {
+		t.Fatalf("in flight after the panic: %d", st.InFlight)
+	}
+	boom = false
+	if got := serve(); got != 204 {
+		t.Fatalf("next request: %d, want 204 (the cap of 1 must be free again)", got)
+	}
+}

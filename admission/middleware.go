@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -52,14 +53,60 @@ func (g *Gate) Middleware(next http.Handler) http.Handler {
 			WriteRejection(w, &d, reqID)
 			return
 		}
+		tw := &trackingWriter{ResponseWriter: w}
 		ok := false
-		defer func() { d.Done(ok) }()
+		defer func() {
+			d.Done(ok)
+			if p := recover(); p != nil {
+				g.handlerPanicked(tw, p, reqID)
+			}
+		}()
 		r.Header.Set(HeaderTenantID, d.Tenant.ID)
 		r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, &d)))
+		next.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), decisionKey{}, &d)))
 		ok = r.Context().Err() == nil
 	})
 }
+
+// handlerPanicked contains a panic in the handler behind the middleware
+// (embedded use): what the request held is already released, the panic is
+// logged, and the client gets a 500 if nothing was written yet. Other
+// requests are unaffected. http.ErrAbortHandler, and a panic after the
+// response began, abort the connection as net/http does.
+func (g *Gate) handlerPanicked(tw *trackingWriter, p any, reqID string) {
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	g.log.Error("handler panicked", "request_id", reqID, "panic", fmt.Sprint(p))
+	if tw.wrote {
+		panic(http.ErrAbortHandler)
+	}
+	WriteError(tw, http.StatusInternalServerError, &Rejection{Error: "internal_error", Layer: "upstream",
+		Reason: "handler_panic", RequestID: reqID, Message: "The request failed inside the service."})
+}
+
+// trackingWriter notes whether the response has begun, so a panic handler
+// knows whether a 500 can still be sent.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	if code >= 200 {
+		t.wrote = true
+	}
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (flush,
+// hijack, deadlines).
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
 // logDecision logs d at debug level: one line per decision, with the
 // request ID (and the trace ID, when the logger's handler adds it from ctx).
