@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,6 +125,7 @@ func (d *Decision) Annotate(sp trace.Span) {
 type Metrics struct {
 	reg       prometheus.Registerer
 	decisions *prometheus.CounterVec
+	rejects   *prometheus.CounterVec
 	queueWait *prometheus.HistogramVec
 	storeTake prometheus.Histogram
 	storeErrs *prometheus.CounterVec
@@ -140,6 +142,13 @@ type Metrics struct {
 
 	mu       sync.RWMutex
 	counters map[decisionLabels]prometheus.Counter
+	rejected map[rejectLabels]prometheus.Counter
+}
+
+type rejectLabels struct {
+	layer  Layer
+	reason string
+	status int
 }
 
 type decisionLabels struct {
@@ -155,6 +164,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairgate_decisions_total",
 			Help: "Admission decisions by tenant, tier, route template, the layer that rejected (none when admitted) and outcome (admit, reject).",
 		}, []string{"tenant", "tier", "route", "layer", "outcome"}),
+		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_rejections_total",
+			Help: "Rejections by layer, reason and HTTP status (401, 429 or 503): 503 means overload, 429 a tenant over its quota.",
+		}, []string{"layer", "reason", "status"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fairgate_queue_wait_seconds",
 			Help:    "Time an admitted request waited in its bulkhead pool's queue.",
@@ -178,8 +191,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1 for the shared store's circuit breaker's current state (closed, half_open, open).",
 		}, []string{"state"}),
 		counters: map[decisionLabels]prometheus.Counter{},
+		rejected: map[rejectLabels]prometheus.Counter{},
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.queueWait, m.storeTake, m.storeErrs, m.StorePolicy, m.StoreBreaker} {
+	// Series an alert takes rate() of exist from the start, at zero.
+	m.storeErrs.WithLabelValues("fail_closed")
+	for _, p := range [...]string{"local", "fail_open", "fail_closed"} {
+		for _, c := range [...]string{"timeout", "breaker_open", "error"} {
+			m.StorePolicy.WithLabelValues(p, c)
+		}
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.rejects, m.queueWait, m.storeTake, m.storeErrs, m.StorePolicy, m.StoreBreaker} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -218,6 +239,20 @@ func (m *Metrics) count(d *Decision) {
 		c = m.decisions.WithLabelValues(k.tenant, k.tier, k.route, d.Layer.String(), outcome)
 		m.mu.Lock()
 		m.counters[k] = c
+		m.mu.Unlock()
+	}
+	c.Inc()
+	if d.Allowed {
+		return
+	}
+	rk := rejectLabels{layer: d.Layer, reason: d.Reason, status: d.Status}
+	m.mu.RLock()
+	c = m.rejected[rk]
+	m.mu.RUnlock()
+	if c == nil {
+		c = m.rejects.WithLabelValues(d.Layer.String(), d.Reason, strconv.Itoa(d.Status))
+		m.mu.Lock()
+		m.rejected[rk] = c
 		m.mu.Unlock()
 	}
 	c.Inc()

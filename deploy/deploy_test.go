@@ -1,0 +1,250 @@
+// Tests that the deploy files parse and agree with the code: the compose
+// file's services, dependencies and mounted files exist, the fairgate
+// config it mounts is valid, and every metric the alerts and the dashboard
+// query is one fairgate exports.
+package deploy_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/shed"
+)
+
+type composeFile struct {
+	Services map[string]struct {
+		Image string `yaml:"image"`
+		Build *struct {
+			Context    string `yaml:"context"`
+			Dockerfile string `yaml:"dockerfile"`
+		} `yaml:"build"`
+		Command   []string                  `yaml:"command"`
+		Volumes   []string                  `yaml:"volumes"`
+		Ports     []string                  `yaml:"ports"`
+		DependsOn map[string]map[string]any `yaml:"depends_on"`
+	} `yaml:"services"`
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func TestComposeFile(t *testing.T) {
+	const dir = "compose"
+	var c composeFile
+	readYAML(t, filepath.Join(dir, "compose.yaml"), &c)
+	for _, want := range []string{"redis", "jaeger", "demo-upstream", "fairgate-a", "fairgate-b", "prometheus"} {
+		if _, ok := c.Services[want]; !ok {
+			t.Errorf("compose.yaml: no service %q", want)
+		}
+	}
+	if img := c.Services["jaeger"].Image; !strings.HasPrefix(img, "jaegertracing/jaeger:") {
+		t.Errorf("jaeger image %q, want the published jaegertracing/jaeger", img)
+	}
+	for name, s := range c.Services {
+		if (s.Image == "") == (s.Build == nil) {
+			t.Errorf("service %s: want exactly one of image and build", name)
+		}
+		for dep := range s.DependsOn {
+			if _, ok := c.Services[dep]; !ok {
+				t.Errorf("service %s depends on %q, which is not a service", name, dep)
+			}
+		}
+		if s.Build != nil {
+			if _, err := os.Stat(filepath.Join(dir, s.Build.Context, s.Build.Dockerfile)); err != nil {
+				t.Errorf("service %s: %v", name, err)
+			}
+		}
+		for _, v := range s.Volumes {
+			host := strings.Split(v, ":")[0]
+			if _, err := os.Stat(filepath.Join(dir, host)); err != nil {
+				t.Errorf("service %s mounts %s: %v", name, host, err)
+			}
+		}
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("service %s publishes %q beyond loopback", name, p)
+			}
+		}
+	}
+	// The upstream the fairgate config names is the demo upstream service,
+	// listening where the config says.
+	cfg, err := gateway.Load(filepath.Join(dir, "fairgate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Upstream != "http://demo-upstream:8081" || !strings.Contains(strings.Join(c.Services["demo-upstream"].Command, " "), "0.0.0.0:8081") {
+		t.Errorf("upstream %q vs demo-upstream command %v", cfg.Upstream, c.Services["demo-upstream"].Command)
+	}
+	if cfg.Redis == nil || cfg.Redis.Addrs[0] != "redis:6379" || cfg.Tracing == nil || !strings.HasPrefix(cfg.Tracing.Endpoint, "http://jaeger:") {
+		t.Errorf("fairgate.yaml: redis %+v, tracing %+v; want the compose services", cfg.Redis, cfg.Tracing)
+	}
+	var prom struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, filepath.Join("prometheus", "prometheus.yaml"), &prom)
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				if _, ok := c.Services[strings.Split(target, ":")[0]]; !ok {
+					t.Errorf("prometheus scrapes %q, not a compose service", target)
+				}
+			}
+		}
+	}
+}
+
+// exported returns the names of the metric families fairgate's /metrics
+// shows after a few admitted and rejected requests.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	cfg, err := gateway.Parse(examples.Demo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer ups.Close()
+	cfg.Upstream = ups.URL
+	cfg.Admission.Adaptive = &shed.AdaptiveConfig{} // defaults: its gauges too
+	srv, err := gateway.New(cfg, gateway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(srv.Handler())
+	defer gw.Close()
+	for range 8 {
+		req, _ := http.NewRequest("GET", gw.URL+"/api/v1/search", nil)
+		req.Header.Set("Authorization", "Bearer demo-starter-key")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+	mfs, err := srv.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	return names
+}
+
+var metricRef = regexp.MustCompile(`fairgate_[a-z_]+`)
+
+// checkRefs reports every fairgate_* name in text that fairgate does not
+// export (histogram suffixes allowed).
+func checkRefs(t *testing.T, file, text string, names map[string]bool) {
+	t.Helper()
+	refs := metricRef.FindAllString(text, -1)
+	if len(refs) == 0 {
+		t.Errorf("%s references no fairgate metric", file)
+	}
+	for _, ref := range refs {
+		base := ref
+		for _, suf := range []string{"_bucket", "_count", "_sum"} {
+			base = strings.TrimSuffix(base, suf)
+		}
+		if !names[ref] && !names[base] {
+			t.Errorf("%s: %s is not a metric fairgate exports", file, ref)
+		}
+	}
+}
+
+func TestAlertRules(t *testing.T) {
+	var rules struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	path := filepath.Join("prometheus", "alerts.yaml")
+	readYAML(t, path, &rules)
+	names := exported(t)
+	alerts := map[string]bool{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" || r.Annotations["summary"] == "" || r.Labels["severity"] == "" {
+				t.Errorf("%s: rule %+v lacks alert, expr, severity or summary", path, r)
+			}
+			alerts[r.Alert] = true
+			checkRefs(t, path+" "+r.Alert, r.Expr, names)
+		}
+	}
+	for _, want := range []string{"FairgateTenantThrottled", "FairgateOverloaded", "FairgateRedisFailurePolicyEngaged"} {
+		if !alerts[want] {
+			t.Errorf("%s: no alert %s", path, want)
+		}
+	}
+}
+
+func TestGrafanaDashboard(t *testing.T) {
+	path := filepath.Join("grafana", "fairgate.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Title  string `json:"title"`
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Type    string `json:"type"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if d.Title == "" || d.UID == "" {
+		t.Errorf("%s: title %q uid %q", path, d.Title, d.UID)
+	}
+	names := exported(t)
+	var all strings.Builder
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("%s: panel %q has no query", path, p.Title)
+		}
+		for _, tg := range p.Targets {
+			all.WriteString(tg.Expr + "\n")
+		}
+	}
+	checkRefs(t, path, all.String(), names)
+	for _, want := range []string{"layer", "tier", "fairgate_queue_wait_seconds", "fairgate_adaptive_limit", "fairgate_store_"} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("%s: no panel about %s", path, want)
+		}
+	}
+}
