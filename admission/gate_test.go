@@ -246,21 +246,7 @@ func benchRegistry(b *testing.B) *tenant.Registry {
 }
 
 func BenchmarkGateCheck(b *testing.B) {
-	g, err := New(testConfig(), benchRegistry(b), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := req("ent-key", "GET", "/api/v1/users/me")
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			d, _ := g.Check(context.Background(), r)
-			if !d.Allowed {
-				b.Fatal("rejected")
-			}
-			d.Done(true)
-		}
-	})
+	benchCheck(context.Background(), b, Options{})
 }
 
 func BenchmarkMiddleware(b *testing.B) {

@@ -116,37 +116,28 @@ func TestLayerSpans(t *testing.T) {
 // recording request span in the context: what observability costs.
 func BenchmarkGateCheckObserved(b *testing.B) {
 	tp := sdktrace.NewTracerProvider() // records, exports nowhere
-	m, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := New(testConfig(), benchRegistry(b), Options{TracerProvider: tp, Metrics: m})
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx, root := tp.Tracer("bench").Start(context.Background(), SpanRequest)
 	defer root.End()
-	r := req("ent-key", "GET", "/api/v1/users/me")
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			d, _ := g.Check(ctx, r)
-			if !d.Allowed {
-				b.Fatal("rejected")
-			}
-			d.Done(true)
-		}
-	})
+	benchCheck(ctx, b, Options{TracerProvider: tp, Metrics: benchMetrics(b)})
 }
 
 // BenchmarkGateCheckMetrics is BenchmarkGateCheck with metrics on and
 // tracing off.
 func BenchmarkGateCheckMetrics(b *testing.B) {
+	benchCheck(context.Background(), b, Options{Metrics: benchMetrics(b)})
+}
+
+func benchMetrics(b *testing.B) *Metrics {
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := New(testConfig(), benchRegistry(b), Options{Metrics: m})
+	return m
+}
+
+// benchCheck runs admitted checks in parallel through a gate built with o.
+func benchCheck(ctx context.Context, b *testing.B, o Options) {
+	g, err := New(testConfig(), benchRegistry(b), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,7 +145,7 @@ func BenchmarkGateCheckMetrics(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			d, _ := g.Check(context.Background(), r)
+			d, _ := g.Check(ctx, r)
 			if !d.Allowed {
 				b.Fatal("rejected")
 			}
