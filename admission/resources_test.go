@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/internal/fakeclock"
+	"github.com/fairgate/fairgate/internal/memstat"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -23,15 +24,6 @@ func manyTenants(n int) tenant.Config {
 			APIKeysSHA256: []string{tenant.HashKey("key-" + strconv.Itoa(i))}}
 	}
 	return c
-}
-
-// heapAlloc returns the live heap after a full collection.
-func heapAlloc() int64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
 
 // TestManyTenantsMemoryPlateaus streams requests over 100,000 configured
@@ -66,7 +58,7 @@ func TestManyTenantsMemoryPlateaus(t *testing.T) {
 	per := n / windows
 	route := Config{Routes: []RouteConfig{{Method: "GET", Path: "/api/v1/users/me", Cost: 1}}}
 
-	h0 := heapAlloc()
+	h0 := memstat.HeapAlloc()
 	reg, err := tenant.NewRegistry(manyTenants(n))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +67,7 @@ func TestManyTenantsMemoryPlateaus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perTenant := float64(heapAlloc()-h0) / float64(n)
+	perTenant := float64(memstat.HeapAlloc()-h0) / float64(n)
 	runtime.KeepAlive(g0)
 	t.Logf("%d configured tenants: %.0f B each (registry and gate)", n, perTenant)
 
@@ -92,7 +84,7 @@ func TestManyTenantsMemoryPlateaus(t *testing.T) {
 		h := http.Header{}
 		r := Request{Method: "GET", Path: "/api/v1/users/me", Header: h, RemoteAddr: "192.0.2.1:1"}
 		goroutines := runtime.NumGoroutine()
-		base := heapAlloc()
+		base := memstat.HeapAlloc()
 		for w := range windows {
 			for i := w * per; i < (w+1)*per; i++ {
 				h.Set("X-Api-Key", "key-"+strconv.Itoa(i))
@@ -103,7 +95,7 @@ func TestManyTenantsMemoryPlateaus(t *testing.T) {
 				d.Done(true)
 			}
 			peak = max(peak, store.Len())
-			growth = append(growth, heapAlloc()-base)
+			growth = append(growth, memstat.HeapAlloc()-base)
 			clk.Advance(time.Second)
 		}
 		if after := runtime.NumGoroutine(); after > goroutines {

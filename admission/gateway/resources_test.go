@@ -2,16 +2,16 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/memstat"
 )
 
 // TestSoakNoisyTenant runs the demo config through the real HTTP server for
@@ -98,7 +98,7 @@ func TestSoakNoisyTenant(t *testing.T) {
 				}
 			}
 			if settled || time.Now().After(deadline) {
-				return heapAlloc(), goroutines
+				return memstat.HeapAlloc(), goroutines
 			}
 			prev = goroutines
 		}
@@ -106,12 +106,12 @@ func TestSoakNoisyTenant(t *testing.T) {
 
 	load(time.Second)
 	h1, g1 := quiet()
-	rss1 := rssBytes()
+	rss1 := memstat.RSS()
 	start := time.Now()
 	load(3 * time.Second)
 	soak := time.Since(start)
 	h2, g2 := quiet()
-	rss2 := rssBytes()
+	rss2 := memstat.RSS()
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -137,27 +137,4 @@ func TestSoakNoisyTenant(t *testing.T) {
 	if sent := acme[200] + acme[429] + acme[503] + acme[0]; float64(acme[200]) < 0.95*float64(sent) {
 		t.Errorf("acme got %d 200s of %d during the noisy neighbour: %v", acme[200], sent, acme)
 	}
-}
-
-// heapAlloc returns the live heap after a full collection.
-func heapAlloc() int64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
-}
-
-// rssBytes returns the process's resident set size from /proc (0 where
-// there is none).
-func rssBytes() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	var size, resident int64
-	if _, err := fmt.Sscan(string(b), &size, &resident); err != nil {
-		return 0
-	}
-	return resident * int64(os.Getpagesize())
 }
