@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/tenant"
+)
+
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, examples.Demo, 0o600)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, bytes.Replace(examples.Demo, []byte("rate: 20\n"), []byte("rate: 0\n"), 1), 0o600)
+
+	var out, errb bytes.Buffer
+	if code := run([]string{"check-config", good}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "ok") {
+		t.Fatalf("good config: exit %d, %q %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"check-config", bad}, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), bad+": tiers.pro.rate: must be > 0") {
+		t.Fatalf("bad config: exit %d, stderr %q", code, errb.String())
+	}
+	// serve refuses to start on a bad config: never "allow everything".
+	errb.Reset()
+	if code := run([]string{"serve", "--config", bad}, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), "tiers.pro.rate") {
+		t.Fatalf("serve with a bad config: exit %d, stderr %q", code, errb.String())
+	}
+	if code := run([]string{"serve"}, nil, &out, &errb); code != 1 {
+		t.Fatalf("serve without --config: exit %d", code)
+	}
+}
+
+func TestHashKey(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"hash-key"}, strings.NewReader("demo-pro-key\n"), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if got, want := strings.TrimSpace(out.String()), tenant.HashKey("demo-pro-key"); got != want {
+		t.Fatalf("hash-key printed %q, want %q", got, want)
+	}
+	if code := run([]string{"hash-key"}, strings.NewReader(""), &out, &errb); code != 1 {
+		t.Fatalf("empty stdin: exit %d", code)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"frobnicate"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
+		t.Fatalf("exit %d, %q", code, errb.String())
+	}
+}
