@@ -128,7 +128,7 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 	}
 	out.unauth = Limit{Rate: u.Rate, Burst: u.Burst}
 	if reg != nil {
-		out.flows = map[*tenant.Tenant]*[3]string{}
+		out.flows = make(map[*tenant.Tenant]*[3]string, len(reg.Tenants()))
 		for _, t := range reg.Tenants() {
 			var f [3]string
 			for _, c := range []shed.Criticality{shed.Default, shed.Critical, shed.Sheddable} {

@@ -274,7 +274,7 @@ func writeRateLimitHeaders(h http.Header, d *Decision) {
 // AppendPolicy appends q as an item of the RateLimit-Policy field:
 // "name";q=LIMIT;w=WINDOW, the window in whole seconds (at least 1).
 func AppendPolicy(b []byte, q *QuotaState) []byte {
-	b = strconv.AppendQuote(b, q.Name)
+	b = appendSFString(b, q.Name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, int64(q.Limit), 10)
 	b = append(b, ";w="...)
@@ -285,9 +285,29 @@ func AppendPolicy(b []byte, q *QuotaState) []byte {
 // "name";r=REMAINING;t=RESET, remaining rounded down, reset in whole seconds
 // rounded up.
 func AppendState(b []byte, q *QuotaState) []byte {
-	b = strconv.AppendQuote(b, q.Name)
+	b = appendSFString(b, q.Name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(q.Remaining), 10)
 	b = append(b, ";t="...)
 	return strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+}
+
+// appendSFString appends s as an RFC 8941 sf-string: in double quotes, with
+// '"' and '\\' escaped by a backslash and any byte outside printable ASCII
+// replaced by '?' (the syntax allows nothing else, and a header must never
+// carry CR, LF or NUL).
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }

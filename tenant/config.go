@@ -106,8 +106,8 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	ids := map[string]int{}
-	hashes := map[[32]byte]string{}
+	ids := make(map[string]int, len(c.Tenants))
+	hashes := make(map[[32]byte]string, len(c.Tenants))
 	for i, tc := range c.Tenants {
 		f := fmt.Sprintf("tenants[%d]", i)
 		if !validID(tc.ID) {

@@ -39,7 +39,7 @@ func NewRegistry(c Config) (*Registry, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Registry{byHash: map[[32]byte]keyEntry{}, byID: map[string]*Tenant{}, tiers: c.Tiers}
+	r := &Registry{byHash: make(map[[32]byte]keyEntry, len(c.Tenants)), byID: make(map[string]*Tenant, len(c.Tenants)), tiers: c.Tiers}
 	for _, tc := range c.Tenants {
 		tier := c.Tiers[tc.Tier]
 		t := &Tenant{ID: tc.ID, Tier: tc.Tier, Rate: tier.Rate, Burst: tier.Burst,

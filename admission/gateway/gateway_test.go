@@ -81,6 +81,9 @@ func startGateway(t *testing.T, mutate func(*Config), o Options) (string, *recor
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln, aln, 5*time.Second) }()
 	t.Cleanup(func() {
+		// Idle keep-alive connections of the shared client would make
+		// Shutdown wait for them.
+		http.DefaultClient.CloseIdleConnections()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)

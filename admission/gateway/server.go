@@ -243,6 +243,12 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	id := w.Header().Get(admission.HeaderRequestID)
 	upstreamFailed(r, err)
+	// The upstream did not answer: release now, without teaching the
+	// adaptive limit that this was a healthy call (the middleware's later
+	// Done does nothing). A call held past max_latency still cuts it.
+	if d, ok := admission.FromContext(r.Context()); ok {
+		d.Done(false)
+	}
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
