@@ -126,16 +126,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tp, stopTracing, err := startTracing(ctx, log, cfg.Tracing)
+	srv, stop, err := newServer(ctx, log, cfg)
 	if err != nil {
 		return err
 	}
-	defer stopTracing()
-	srv, err := gateway.New(cfg, gateway.Options{Logger: log, TracerProvider: tp})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
+	defer stop()
 	// SIGHUP and changes to the file reload it; a bad file keeps the old
 	// config and logs the field-level error.
 	hup := make(chan os.Signal, 1)
@@ -164,6 +159,24 @@ func startTracing(ctx context.Context, log *slog.Logger, cfg *gateway.TracingCon
 		if err := tp.Shutdown(sctx); err != nil {
 			log.Warn("tracing: flush on shutdown", "err", err.Error())
 		}
+	}, nil
+}
+
+// newServer starts tracing as cfg (or the OTEL_* environment) says and
+// builds the gateway; stop closes the gateway's store and flushes spans.
+func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config) (*gateway.Server, func(), error) {
+	tp, stopTracing, err := startTracing(ctx, log, cfg.Tracing)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := gateway.New(cfg, gateway.Options{Logger: log, TracerProvider: tp})
+	if err != nil {
+		stopTracing()
+		return nil, nil, err
+	}
+	return srv, func() {
+		srv.Close()
+		stopTracing()
 	}, nil
 }
 
@@ -213,16 +226,11 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer up.Close()
 	cfg.Upstream = "http://" + uln.Addr().String()
 	cfg.Listen, cfg.AdminListen = *listen, *admin
-	tp, stopTracing, err := startTracing(ctx, log, cfg.Tracing)
+	srv, stop, err := newServer(ctx, log, cfg)
 	if err != nil {
 		return err
 	}
-	defer stopTracing()
-	srv, err := gateway.New(cfg, gateway.Options{Logger: log, TracerProvider: tp})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
+	defer stop()
 	fmt.Fprintf(stdout, `fairgate demo: gateway on http://%[1]s (%[4]s), admin on http://%[2]s, demo API (16 connections) on %[3]s
 
 Demo API keys:
