@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"time"
 )
@@ -25,16 +26,45 @@ type MemoryStore struct {
 	shards []memShard
 }
 
+// memShard is one lock's worth of buckets. They are found by the 64-bit
+// hash that also chose the shard (one hash per take, and a cheap integer
+// probe); the entry holds its key, and the rare key whose hash collides with
+// another's goes to overflow instead.
 type memShard struct {
 	mu        sync.Mutex
-	buckets   map[BucketKey]memEntry
+	buckets   map[uint64]*memEntry
+	overflow  map[BucketKey]*memEntry // hash collisions; nil until one happens
 	nextSweep int64
-	_         [40]byte // keep shards on separate cache lines
+	_         [32]byte // keep shards on separate cache lines
 }
 
 type memEntry struct {
+	key    BucketKey
 	b      bucket
 	fullAt int64 // Unix ns at which the bucket is full and can be forgotten
+}
+
+// getLocked returns the entry of k (hash h), or nil. sh.mu must be held.
+func (sh *memShard) getLocked(h uint64, k BucketKey) *memEntry {
+	if e := sh.buckets[h]; e != nil && e.key == k {
+		return e
+	}
+	if len(sh.overflow) > 0 {
+		return sh.overflow[k]
+	}
+	return nil
+}
+
+// addLocked stores a new entry e of hash h. sh.mu must be held.
+func (sh *memShard) addLocked(h uint64, e *memEntry) {
+	if sh.buckets[h] == nil {
+		sh.buckets[h] = e
+		return
+	}
+	if sh.overflow == nil {
+		sh.overflow = make(map[BucketKey]*memEntry)
+	}
+	sh.overflow[e.key] = e
 }
 
 // MemoryStoreOptions configures a MemoryStore. The zero value is a good
@@ -67,7 +97,7 @@ func NewMemoryStore(o MemoryStoreOptions) *MemoryStore {
 	}
 	s := &MemoryStore{seed: maphash.MakeSeed(), now: o.Now, sweep: int64(o.SweepInterval), shards: make([]memShard, n)}
 	for i := range s.shards {
-		s.shards[i].buckets = make(map[BucketKey]memEntry)
+		s.shards[i].buckets = make(map[uint64]*memEntry)
 	}
 	return s
 }
@@ -78,19 +108,25 @@ func (s *MemoryStore) Take(_ context.Context, k BucketKey, l Limit, cost float64
 }
 
 // TakeAt is Take at the instant now (Unix nanoseconds).
+//
+// Taking from a bucket that exists allocates nothing; a new bucket is one
+// small allocation.
 func (s *MemoryStore) TakeAt(now int64, k BucketKey, l Limit, cost float64) Result {
-	sh := s.shard(k)
+	h := s.hash(k)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
 	if now >= sh.nextSweep {
 		sh.sweepLocked(now)
 		sh.nextSweep = now + s.sweep
 	}
-	e, ok := sh.buckets[k]
-	if !ok {
-		e.b = fullBucket(l, now)
+	e := sh.getLocked(h, k)
+	if e == nil {
+		e = &memEntry{key: k, b: fullBucket(l, now)}
+		sh.addLocked(h, e)
 	}
-	b, r := e.b.take(l, now, cost)
-	sh.buckets[k] = memEntry{b: b, fullAt: b.fullAt(l)}
+	var r Result
+	e.b, r = e.b.take(l, now, cost)
+	e.fullAt = e.b.fullAt(l)
 	sh.mu.Unlock()
 	return r
 }
@@ -99,11 +135,12 @@ func (s *MemoryStore) TakeAt(now int64, k BucketKey, l Limit, cost float64) Resu
 // It changes nothing.
 func (s *MemoryStore) Tokens(k BucketKey, l Limit) float64 {
 	now := s.now().UnixNano()
-	sh := s.shard(k)
+	h := s.hash(k)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.buckets[k]
-	if !ok {
+	e := sh.getLocked(h, k)
+	if e == nil {
 		return l.Burst
 	}
 	return e.b.tokensAt(l, now)
@@ -115,7 +152,7 @@ func (s *MemoryStore) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.buckets)
+		n += len(sh.buckets) + len(sh.overflow)
 		sh.mu.Unlock()
 	}
 	return n
@@ -132,20 +169,30 @@ func (s *MemoryStore) Sweep(now int64) {
 }
 
 func (sh *memShard) sweepLocked(now int64) {
-	for k, e := range sh.buckets {
+	for h, e := range sh.buckets {
 		if e.fullAt <= now {
-			delete(sh.buckets, k)
+			delete(sh.buckets, h)
+		}
+	}
+	for k, e := range sh.overflow {
+		if e.fullAt <= now {
+			delete(sh.overflow, k)
 		}
 	}
 }
 
-func (s *MemoryStore) shard(k BucketKey) *memShard {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(k.Tenant)
-	h.WriteByte(0)
-	h.WriteString(k.Scope)
-	return &s.shards[h.Sum64()&uint64(len(s.shards)-1)]
+// hash is the 64-bit hash of k that chooses its shard and finds it there.
+// Two keys with the same hash are still told apart (see getLocked).
+func (s *MemoryStore) hash(k BucketKey) uint64 {
+	h := maphash.String(s.seed, k.Tenant)
+	if k.Scope != "" {
+		h ^= bits.RotateLeft64(maphash.String(s.seed, k.Scope), 29) * 0x9e3779b97f4a7c15
+	}
+	return h
+}
+
+func (s *MemoryStore) shardOf(h uint64) *memShard {
+	return &s.shards[h&uint64(len(s.shards)-1)]
 }
 
 var _ Store = (*MemoryStore)(nil)
