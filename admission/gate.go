@@ -408,7 +408,11 @@ func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decisio
 		if sp.on() {
 			sp.s.SetAttributes(attrLimitCurrent.Int(g.limiter.Limit()), attrLimitInFlight.Int(g.limiter.Inflight()))
 		}
-		if !ok {
+		// With pools, the pools enforce the learned total (their seats
+		// follow it) and a request that won a seat fairly is never turned
+		// away here: without a permit it just teaches the limit nothing.
+		// Without pools the limiter itself is the gate.
+		if !ok && g.pools == nil {
 			g.reject(d, LayerAdaptive, http.StatusServiceUnavailable, "limit_reached", time.Second)
 			sp.end(d, LayerAdaptive)
 			return nil

@@ -196,6 +196,9 @@ bulkhead:
     pro:        {share: 30, lendable_percent: 50, borrowing_percent: 50, queue_length: 16, max_wait: 1s}
     starter:    {share: 20, lendable_percent: 50, borrowing_percent: 0,  queue_length: 4,  max_wait: 500ms}
 shedding: {calibration_interval: 1s}
+# The total above is the start; the pools divide what the adaptive limit
+# learns from upstream latency.
+adaptive: {min: 4, max: 32, initial: 8, max_latency: 1500ms}
 tenants:
 `
 

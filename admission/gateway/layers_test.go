@@ -123,6 +123,7 @@ func TestEndToEndShedding(t *testing.T) {
 
 type floodResult struct {
 	shed, queue, exportsOK, criticalSent, criticalOK int
+	criticalMax                                      time.Duration
 }
 
 func flood(t *testing.T, shedding bool) floodResult {
@@ -198,8 +199,11 @@ func flood(t *testing.T, shedding bool) floodResult {
 				return
 			case <-tick.C:
 			}
+			t0 := time.Now()
 			status, layer := send("GET", "/api/v1/users/me", "demo-enterprise-key")
+			lat := time.Since(t0)
 			mu.Lock()
+			res.criticalMax = max(res.criticalMax, lat)
 			res.criticalSent++
 			if status == 200 {
 				res.criticalOK++
@@ -210,6 +214,8 @@ func flood(t *testing.T, shedding bool) floodResult {
 		}
 	})
 	wg.Wait()
+	st, _ := srv.Gate().TenantState("acme")
+	t.Logf("enterprise pool at the end: %+v", st.PoolStats)
 	return res
 }
 

@@ -38,6 +38,7 @@ func TestGracefulShutdown(t *testing.T) {
 	cfg.Tenants.Tiers["enterprise"] = ent
 	cfg.Admission.Global = nil
 	cfg.Admission.Shedding.Disabled = true
+	cfg.Admission.Adaptive = nil // a fixed total: exactly 100 seats
 	// 100 seats for the enterprise pool (ceil(102 x 100/102)), 100 queued.
 	cfg.Admission.Bulkhead = &bulkhead.Config{Total: 102, Pools: map[string]bulkhead.PoolConfig{
 		"enterprise": {Share: 100, QueueLength: 100, MaxWait: time.Minute},

@@ -157,7 +157,8 @@ func TestWatchConfigSignal(t *testing.T) {
 }
 
 func TestReloadPools(t *testing.T) {
-	_, _, srv := startGateway(t, nil, Options{})
+	// A fixed total (no adaptive limit), which a reload may change.
+	_, _, srv := startGateway(t, func(c *Config) { c.Admission.Adaptive = nil }, Options{})
 	cfg := *srv.cfg.Load()
 	bh := *cfg.Admission.Bulkhead
 	bh.Pools = maps.Clone(bh.Pools)
