@@ -1,0 +1,88 @@
+package redisstore
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/internal/faultproxy"
+	"github.com/fairgate/fairgate/internal/redistest"
+)
+
+// TestFaultProxy puts a fault-injecting proxy between the store and a real
+// Redis and goes through the faults a network gives: added latency, dropped
+// connections, resets mid-reply, a black hole. In each, no decision waits
+// much past the per-call deadline, the local policy answers, and the
+// breaker opens; back on pass-through, decisions come from Redis again
+// without any action. Goroutines are flat at the end.
+func TestFaultProxy(t *testing.T) {
+	srv := redistest.StartServer(t)
+	px, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	base := runtime.NumGoroutine()
+	const timeout = 20 * time.Millisecond
+	s := newTestStore(t, []string{px.Addr()}, func(c *Config) {
+		c.Timeout = timeout
+		c.Breaker.OpenFor = 100 * time.Millisecond
+	}, Options{})
+	k := admission.BucketKey{Tenant: "faulty"}
+	ctx := context.Background()
+	if _, out, err := s.Decide(ctx, k, bigLimit, 1); err != nil || out.Source != FromRedis {
+		t.Fatalf("pass-through: %+v %v", out, err)
+	}
+	for _, f := range []faultproxy.Fault{
+		{Mode: faultproxy.Latency, Latency: 200 * time.Millisecond},
+		{Mode: faultproxy.Drop},
+		{Mode: faultproxy.Reset, ResetAfter: 2},
+		{Mode: faultproxy.BlackHole},
+	} {
+		t.Run(f.Mode.String(), func(t *testing.T) {
+			px.Set(f)
+			var slowest time.Duration
+			policy := 0
+			for range 40 {
+				start := time.Now()
+				r, out, err := s.Decide(ctx, k, bigLimit, 1)
+				slowest = max(slowest, time.Since(start))
+				if err != nil || !r.Allowed {
+					t.Fatalf("local policy should admit under a big limit: %+v %v", r, err)
+				}
+				if out.Source == FromPolicy {
+					policy++
+				}
+			}
+			// The deadline bounds each call; the margin is for a loaded
+			// 2-core machine, far below the 200 ms latency or a hang.
+			if slowest > timeout+150*time.Millisecond {
+				t.Errorf("slowest decision %v with a %v deadline", slowest, timeout)
+			}
+			if policy < 35 {
+				t.Errorf("%d of 40 decisions by the policy, want nearly all", policy)
+			}
+			if st := s.BreakerState(); st == BreakerClosed {
+				t.Errorf("breaker still closed after 40 failures")
+			}
+			// Back to normal: Redis decides again once the breaker probes.
+			px.Set(faultproxy.Fault{})
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				_, out, _ := s.Decide(ctx, k, bigLimit, 1)
+				if out.Source == FromRedis {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no recovery within 5s after %v", f.Mode)
+				}
+				time.Sleep(10 * time.Millisecond) // waiting out the breaker's open_for, bounded
+			}
+		})
+	}
+	s.Close()
+	px.Close()
+	checkGoroutines(t, base)
+}
