@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fairgate/fairgate/internal/tracelog"
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // scrape GETs /metrics from the admin listener and parses it.
@@ -262,3 +265,47 @@ upstream: http://127.0.0.1:8081
 tiers: {free: {burst: 10, rate: 1}}
 tenants: [{id: a, tier: free, api_keys_sha256: [de0803c110d4918c188f575cd1cfd0ca434455288d93ae16c150520e604a6234]}]
 `
+
+// TestMetricsCardinalityBounded: hundreds of random keys and raw paths add
+// no label values: tenants are the configured ones (or none), routes are
+// templates or "unmatched".
+func TestMetricsCardinalityBounded(t *testing.T) {
+	base, _, srv := startGateway(t, func(c *Config) {
+		c.Admission.Unauthenticated = &tenant.Quota{Rate: 1e6, Burst: 1e6}
+	}, Options{})
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	for i := range 300 {
+		path := fmt.Sprintf("/api/v1/users/%d/raw-%d", i, i*7)
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if i%2 == 0 {
+			req.Header.Set("X-API-Key", fmt.Sprintf("random-key-%d", i))
+		} else {
+			req.Header.Set("X-API-Key", "demo-pro-key")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	allowed := map[string]map[string]bool{
+		"tenant": {"": true, "acme": true, "globex": true, "initech": true},
+		"route":  {"": true, "unmatched": true, "GET /api/v1/users/me": true, "GET /api/v1/search": true, "POST /api/v1/reports/export": true},
+	}
+	mfs := scrape(t, srv)
+	for name, mf := range mfs {
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if ok, bounded := allowed[l.GetName()]; bounded && !ok[l.GetValue()] {
+					t.Errorf("%s has %s=%q: unbounded label value", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	// Not vacuous: the requests were counted, under the labels allowed.
+	if n, _ := sample(mfs, "fairgate_decisions_total", map[string]string{"tenant": "globex", "route": "unmatched"}); n != 150 {
+		t.Fatalf("globex's unmatched decisions counted %v, want 150", n)
+	}
+}
