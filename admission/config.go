@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/fairgate/fairgate/bulkhead"
@@ -36,6 +37,12 @@ type Config struct {
 	// builds. Nil means on with defaults whenever pools or the adaptive
 	// limit are configured; shedding.disabled turns it off.
 	Shedding *shed.SheddingConfig `yaml:"shedding"`
+	// TrustedPriorityFrom lists the networks (CIDR, e.g. 10.0.0.0/8) whose
+	// callers may set a request's priority (0–499) with the
+	// X-Fairgate-Priority header: internal services that know better than
+	// the route table. From anywhere else the header is deleted at the
+	// edge. Empty (the default) trusts nobody.
+	TrustedPriorityFrom []string `yaml:"trusted_priority_from"`
 }
 
 // DefaultUnauthenticated is the per-IP limit on requests without a valid key
@@ -59,6 +66,8 @@ type compiled struct {
 	// criticality ("acme/critical", …), built once so the hot path does
 	// not concatenate strings.
 	flows map[*tenant.Tenant]*[3]string
+	// trusted are the networks whose X-Fairgate-Priority is believed.
+	trusted []netip.Prefix
 }
 
 func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
@@ -136,6 +145,14 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 			}
 			out.flows[t] = &f
 		}
+	}
+	for i, cidr := range c.TrustedPriorityFrom {
+		p, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("trusted_priority_from[%d]: %q is not a CIDR prefix (like 10.0.0.0/8)", i, cidr))
+			continue
+		}
+		out.trusted = append(out.trusted, p.Masked())
 	}
 	errs = append(errs, c.checkLayers(reg, out.routes.routes)...)
 	if err := errors.Join(errs...); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -53,6 +54,9 @@ type Decision struct {
 	Tenant *tenant.Tenant
 	// Route is the matched route (never nil once classified).
 	Route *Route
+	// Priority is the request's shedding priority (0–499): from the tier's
+	// rank and the route's criticality, or a trusted caller's header.
+	Priority shed.Priority
 	// Quotas are the token buckets the rate layer consulted, for the
 	// RateLimit headers. Quotas[0] is the tenant's own bucket.
 	Quotas [2]QuotaState

@@ -250,6 +250,12 @@ type Request struct {
 	// RemoteAddr is the peer's address ("ip:port"), used only to limit
 	// unauthenticated attempts.
 	RemoteAddr string
+	// Priority, when HasPriority, replaces the priority the tier and
+	// route would give (a trusted internal caller's X-Fairgate-Priority;
+	// see Config.TrustedPriorityFrom). The middleware sets it; nothing
+	// else should.
+	Priority    shed.Priority
+	HasPriority bool
 }
 
 // Check runs the pipeline for one request. It returns the decision; the
@@ -284,6 +290,10 @@ func (g *Gate) check(ctx context.Context, req Request) (Decision, error) {
 		return d, nil
 	}
 	d.Tenant = t
+	d.Priority = shed.PriorityFor(t.Rank, d.Route.Criticality)
+	if req.HasPriority {
+		d.Priority = req.Priority
+	}
 	if sp.on() {
 		sp.s.SetAttributes(attrAuth.String("ok"), AttrTenantID.String(t.ID), AttrTenantTier.String(t.Tier))
 	}
@@ -356,7 +366,7 @@ func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decisio
 		sp := g.layerSpan(ctx, SpanShed)
 		d.held.shed = ps
 		g.observe(ps, pool)
-		prio := shed.PriorityFor(t.Rank, r.Criticality)
+		prio := d.Priority
 		ok, retry := ps.shedder.Admit(prio)
 		if sp.on() {
 			sp.s.SetAttributes(attrPool.String(pool), attrPriority.Int(int(prio)), attrThreshold.Int(int(ps.shedder.Threshold())))

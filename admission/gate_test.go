@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -304,5 +305,58 @@ func TestMiddlewarePanic(t *testing.T) {
 	boom = false
 	if got := serve(); got != 204 {
 		t.Fatalf("next request: %d, want 204 (the cap of 1 must be free again)", got)
+	}
+}
+
+// TestTrustedPriority: X-Fairgate-Priority counts only from a network in
+// trusted_priority_from, and only as a whole number in 0–499; from anywhere
+// else the priority is the tier's and route's, and the header never reaches
+// the handler.
+func TestTrustedPriority(t *testing.T) {
+	cfg := testConfig()
+	cfg.TrustedPriorityFrom = []string{"10.1.0.0/16"}
+	g, err := New(cfg, testRegistry(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Decision
+	var leaked string
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := FromContext(r.Context())
+		got = *d
+		leaked = r.Header.Get(HeaderPriority)
+	}))
+	def := shed.PriorityFor(0, shed.Default) // rank-0 tier, search route
+	for _, tt := range []struct {
+		remote, header string
+		want           shed.Priority
+	}{
+		{"10.1.2.3:4000", "450", 450},
+		{"10.1.2.3:4000", "0", 0},
+		{"10.1.2.3:4000", "500", def},
+		{"10.1.2.3:4000", "high", def},
+		{"10.2.0.1:4000", "450", def},
+		{"[::ffff:10.1.0.9]:4000", "7", 7},
+		{"192.0.2.1:4000", "", def},
+	} {
+		r := httptest.NewRequest("GET", "/api/v1/search", nil)
+		r.RemoteAddr = tt.remote
+		r.Header.Set("X-API-Key", "ent-key")
+		got = Decision{Priority: -1}
+		if tt.header != "" {
+			r.Header.Set(HeaderPriority, tt.header)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if got.Priority != tt.want {
+			t.Errorf("from %s with %q: priority %d, want %d", tt.remote, tt.header, got.Priority, tt.want)
+		}
+		if leaked != "" {
+			t.Errorf("the handler saw %s: %q", HeaderPriority, leaked)
+		}
+	}
+	bad := testConfig()
+	bad.TrustedPriorityFrom = []string{"10.1.0.0"}
+	if _, err := New(bad, testRegistry(t), Options{}); err == nil || !strings.Contains(err.Error(), "trusted_priority_from[0]") {
+		t.Fatalf("a bad CIDR: %v", err)
 	}
 }

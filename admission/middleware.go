@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/fairgate/fairgate/shed"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -30,13 +33,15 @@ const (
 // body read).
 func (g *Gate) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		prio, hasPrio := g.trustedPriority(r)
 		stripClientHeaders(r.Header)
 		reqID := w.Header().Get(HeaderRequestID)
 		if reqID == "" {
 			reqID = NewRequestID()
 			w.Header().Set(HeaderRequestID, reqID)
 		}
-		d, err := g.Check(r.Context(), Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, RemoteAddr: r.RemoteAddr})
+		d, err := g.Check(r.Context(), Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, RemoteAddr: r.RemoteAddr,
+			Priority: prio, HasPriority: hasPrio})
 		if err != nil {
 			// The client went away while we decided; nobody reads this.
 			w.WriteHeader(StatusClientClosedRequest)
@@ -140,6 +145,34 @@ type decisionKey struct{}
 func FromContext(ctx context.Context) (*Decision, bool) {
 	d, ok := ctx.Value(decisionKey{}).(*Decision)
 	return d, ok
+}
+
+// trustedPriority returns the X-Fairgate-Priority of a request from a
+// network in trusted_priority_from, when it is a whole number in 0–499.
+func (g *Gate) trustedPriority(r *http.Request) (shed.Priority, bool) {
+	trusted := g.cfg.Load().trusted
+	if len(trusted) == 0 {
+		return 0, false
+	}
+	v := r.Header.Get(HeaderPriority)
+	if v == "" {
+		return 0, false
+	}
+	addr, err := netip.ParseAddr(clientIP(r.RemoteAddr))
+	if err != nil {
+		return 0, false
+	}
+	addr = addr.Unmap()
+	for _, p := range trusted {
+		if p.Contains(addr) {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < int(shed.MinPriority) || n > int(shed.MaxPriority) {
+				return 0, false
+			}
+			return shed.Priority(n), true
+		}
+	}
+	return 0, false
 }
 
 // stripClientHeaders deletes every header a client might use to pass itself
