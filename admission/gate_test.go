@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/internal/fakeclock"
 	"net/http"
 	"net/http/httptest"
@@ -359,4 +360,37 @@ func TestTrustedPriority(t *testing.T) {
 	if _, err := New(bad, testRegistry(t), Options{}); err == nil || !strings.Contains(err.Error(), "trusted_priority_from[0]") {
 		t.Fatalf("a bad CIDR: %v", err)
 	}
+}
+
+// BenchmarkGateCheckAllLayers is BenchmarkGateCheck with every layer on:
+// a concurrency cap, a bulkhead pool, shedding and the adaptive limit, all
+// sized so that every check is admitted. The difference between the two is
+// the cost of the later layers.
+func BenchmarkGateCheckAllLayers(b *testing.B) {
+	reg, err := tenant.NewRegistry(tenant.Config{
+		Tiers:   map[string]tenant.TierConfig{"enterprise": {Rate: 1e9, Burst: 1e12, MaxConcurrent: 1 << 20}},
+		Tenants: []tenant.TenantConfig{{ID: "acme", Tier: "enterprise", APIKeysSHA256: []string{tenant.HashKey("ent-key")}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Routes: []RouteConfig{{Method: "GET", Path: "/api/v1/users/me", Cost: 1}},
+		Bulkhead: &bulkhead.Config{Total: 1 << 16, Pools: map[string]bulkhead.PoolConfig{"enterprise": {Share: 1}}},
+		Adaptive: &shed.AdaptiveConfig{Min: 1 << 16, Max: 1 << 16, Initial: 1 << 16, MaxLatency: time.Hour},
+		Shedding: &shed.SheddingConfig{}}
+	g, err := New(cfg, reg, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := req("ent-key", "GET", "/api/v1/users/me")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d, _ := g.Check(context.Background(), r)
+			if !d.Allowed {
+				b.Fatalf("rejected: %+v", d)
+			}
+			d.Done(true)
+		}
+	})
 }
