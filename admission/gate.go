@@ -30,6 +30,11 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the gate's logs. Nil discards them.
 	Logger *slog.Logger
+	// DeferAdaptive moves the adaptive permit from Check to the upstream
+	// call itself: the caller brackets the call with
+	// Decision.StartUpstream and Decision.UpstreamAnswered. A reverse
+	// proxy should, so that client I/O never counts as upstream latency.
+	DeferAdaptive bool
 	// Instances is how many gateway instances share the store. Concurrency
 	// caps are kept per instance, so each instance enforces
 	// ceil(max_concurrent / Instances). Zero means 1.
@@ -54,8 +59,10 @@ type Gate struct {
 	now       func() time.Time
 	log       *slog.Logger
 	instances int
-	tracer    trace.Tracer // nil: no layer spans
-	metrics   *Metrics     // nil: no metrics
+	// deferAdaptive: the permit is taken by Decision.StartUpstream.
+	deferAdaptive bool
+	tracer        trace.Tracer // nil: no layer spans
+	metrics       *Metrics     // nil: no metrics
 
 	// The later layers keep state across reloads; nil means off.
 	caps     *bulkhead.Caps
@@ -97,7 +104,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
-	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances,
+	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances, deferAdaptive: o.DeferAdaptive,
 		unauth: NewMemoryStore(MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
 	if err := g.buildLayers(cfg); err != nil {
 		return nil, err
@@ -411,8 +418,8 @@ func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decisio
 			return err
 		}
 	}
-	// adaptive
-	if g.limiter != nil {
+	// adaptive (deferred: taken by StartUpstream around the upstream call)
+	if g.limiter != nil && !g.deferAdaptive {
 		sp := g.layerSpan(ctx, SpanAdaptive)
 		p, ok := g.limiter.TryAcquire()
 		if sp.on() {
@@ -617,26 +624,69 @@ type held struct {
 	seat   bulkhead.Seat
 	permit shed.Permit
 	shed   *poolShed
+	// answered is set by UpstreamAnswered: the permit is released and
+	// the completion counted already.
+	answered bool
 }
 
 // release gives everything back, last taken first. ok says the upstream
 // answered: its latency teaches the adaptive limit, and the pool's shedder
 // counts a completion. Otherwise the permit is dropped without learning.
+// With a deferred adaptive layer (Options.DeferAdaptive) only
+// UpstreamAnswered teaches and counts: release then just gives back.
 func (h *held) release(ok bool) {
 	if h.g == nil {
 		return
 	}
-	if ok {
-		h.permit.Record()
-		if h.shed != nil {
-			h.shed.completed.Add(1)
+	if !h.answered {
+		if ok && !h.g.deferAdaptive {
+			h.permit.Record()
+			if h.shed != nil {
+				h.shed.completed.Add(1)
+			}
+		} else {
+			h.permit.Drop()
 		}
-	} else {
-		h.permit.Drop()
 	}
 	h.seat.Release()
 	h.slot.Release()
 	*h = held{}
+}
+
+// StartUpstream takes the adaptive permit just before the upstream call,
+// for a gate built with Options.DeferAdaptive (the gateway does this, so
+// that the limit learns the upstream's latency and not the time a client
+// takes to send its body or read the answer). With bulkhead pools it
+// always reports true (the pools enforce the learned total; a request
+// without a permit just teaches nothing). Without pools, false means the
+// adaptive limit is reached: answer 503 with layer "adaptive" and call Done.
+func (d *Decision) StartUpstream() bool {
+	g := d.held.g
+	if g == nil || g.limiter == nil || !g.deferAdaptive {
+		return true
+	}
+	p, ok := g.limiter.TryAcquire()
+	if !ok && g.pools == nil {
+		return false
+	}
+	d.held.permit = p
+	return true
+}
+
+// UpstreamAnswered tells the gate the upstream's response headers arrived:
+// the adaptive limit learns the call's latency now and the pool counts a
+// completion, whatever happens to the response body afterwards. Done still
+// releases the seat and slot.
+func (d *Decision) UpstreamAnswered() {
+	h := &d.held
+	if h.g == nil || h.answered {
+		return
+	}
+	h.answered = true
+	h.permit.Record()
+	if h.shed != nil {
+		h.shed.completed.Add(1)
+	}
 }
 
 // TenantState is one tenant's state, for the admin view a support engineer

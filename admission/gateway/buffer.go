@@ -35,17 +35,15 @@ func (s *Server) bufferRequests(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		buf, _ := s.bufs.Get().(*bytes.Buffer)
-		if buf == nil {
-			buf = new(bytes.Buffer)
-		}
-		buf.Reset()
-		defer func() {
-			if buf.Cap() <= 1<<20 { // don't keep huge buffers alive
-				s.bufs.Put(buf)
-			}
-		}()
+		// A fresh buffer per request: the proxy's transport may still be
+		// reading the body after the handler returns (httputil says so), so
+		// a pooled buffer could be overwritten under it.
+		buf := bytes.NewBuffer(make([]byte, 0, min(max(r.ContentLength, 0)+bytes.MinRead, 1<<20)))
 		if _, err := buf.ReadFrom(r.Body); err != nil {
+			// Never reached the upstream: release without learning.
+			if d, ok := admission.FromContext(r.Context()); ok {
+				d.Done(false)
+			}
 			id := w.Header().Get(admission.HeaderRequestID)
 			var mbe *http.MaxBytesError
 			w.Header().Set("Connection", "close")

@@ -350,3 +350,51 @@ func TestUpstreamDownDoesNotRaiseAdaptiveLimit(t *testing.T) {
 		t.Fatalf("seats rose %d -> %d while the upstream was down", before, after)
 	}
 }
+
+// TestSlowClientDoesNotTeachAdaptiveLimit: a client that takes longer than
+// max_latency to send its body, or to read the answer, is not a slow
+// upstream: the adaptive limit (and so every pool's seats) must not fall.
+// With the permit timed around the client's I/O, each such request cut
+// the limit.
+func TestSlowClientDoesNotTeachAdaptiveLimit(t *testing.T) {
+	base, up, srv := startGateway(t, func(c *Config) {
+		a := *c.Admission.Adaptive
+		a.MaxLatency = 100 * time.Millisecond
+		c.Admission.Adaptive = &a
+	}, Options{})
+	up.handler = func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write(make([]byte, 64<<10))
+	}
+	seats := func() int {
+		st, _ := srv.Gate().TenantState("acme")
+		return st.PoolStats.Seats
+	}
+	before := seats()
+	for range 3 {
+		pr, pw := io.Pipe()
+		go func() {
+			for range 3 {
+				pw.Write([]byte("chunk"))
+				time.Sleep(60 * time.Millisecond) // the slow client: 180 ms of body, bounded
+			}
+			pw.Close()
+		}()
+		req, _ := http.NewRequest("POST", base+"/api/v1/upload", pr)
+		req.Header.Set("Authorization", "Bearer demo-pro-key")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ...and reads the answer slowly too.
+		time.Sleep(150 * time.Millisecond)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if after := seats(); after < before {
+		t.Fatalf("enterprise seats %d -> %d: slow clients taught the adaptive limit the upstream is slow", before, after)
+	}
+}

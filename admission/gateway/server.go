@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,7 +58,6 @@ type Server struct {
 	cfg     atomic.Pointer[Config]
 	ready   atomic.Bool
 	started time.Time
-	bufs    sync.Pool // *bytes.Buffer for request buffering
 	closers []func() error
 	tel     *telemetry
 }
@@ -114,7 +112,7 @@ func New(cfg Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger, Instances: instances,
-		TracerProvider: o.TracerProvider, Metrics: tel.metrics})
+		TracerProvider: o.TracerProvider, Metrics: tel.metrics, DeferAdaptive: true})
 	if err != nil {
 		return nil, err
 	}
@@ -145,16 +143,23 @@ func New(cfg Config, o Options) (*Server, error) {
 			pr.Out.Header.Set(admission.HeaderRequestID, pr.In.Header.Get(admission.HeaderRequestID))
 			tel.injectTrace(pr.Out)
 		},
-		Transport:      o.Transport,
-		ModifyResponse: upstreamAnswered,
-		ErrorHandler:   s.proxyError,
-		ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		Transport: o.Transport,
+		ModifyResponse: func(resp *http.Response) error {
+			// Headers are in: the adaptive limit learns the upstream's
+			// latency now, not the time the client takes to read the body.
+			if d, ok := admission.FromContext(resp.Request.Context()); ok {
+				d.UpstreamAnswered()
+			}
+			return upstreamAnswered(resp)
+		},
+		ErrorHandler: s.proxyError,
+		ErrorLog:     slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(echo.WrapMiddleware(s.hygiene))
 	e.Use(gate.Echo())
-	upstream := s.bufferRequests(tel.upstreamSpan(proxy))
+	upstream := s.bufferRequests(s.startUpstream(tel.upstreamSpan(proxy)))
 	e.Any("/*", echo.WrapHandler(upstream))
 	e.Any("/", echo.WrapHandler(upstream))
 	s.edge = e
@@ -232,6 +237,23 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// startUpstream takes the adaptive permit once the body is buffered, just
+// before the upstream call, so the adaptive limit times the upstream alone.
+// Without pools a reached limit is a 503 from the adaptive layer here.
+func (s *Server) startUpstream(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, ok := admission.FromContext(r.Context()); ok && !d.StartUpstream() {
+			d.Done(false)
+			admission.WriteError(w, http.StatusServiceUnavailable, &admission.Rejection{Error: "overloaded",
+				Layer: admission.LayerAdaptive.String(), Reason: "limit_reached", RetryAfter: 1,
+				RequestID: w.Header().Get(admission.HeaderRequestID),
+				Message:   "The service is overloaded (adaptive: limit_reached); this is not your quota. Retry after 1s."})
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
