@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -509,7 +510,9 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 			d.NQuotas = 2
 			if !res.Allowed {
 				g.reject(d, LayerRate, http.StatusTooManyRequests, "group_quota", res.RetryAfter)
-				d.Quotas[0] = QuotaState{Name: "tenant", Limit: t.Burst, Window: window(Limit{t.Rate, t.Burst})}
+				// Report the bucket that decided; the tenant's own was
+				// not consulted, so its state is unknown here.
+				d.Quotas[0], d.Quotas[1], d.NQuotas = d.Quotas[1], QuotaState{}, 1
 				return nil
 			}
 		}
@@ -572,7 +575,7 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 
 func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool) Decision {
 	d := Decision{Route: c.routes.unmatched}
-	ip := clientIP(req.RemoteAddr)
+	ip := unauthKey(req.RemoteAddr)
 	res := g.unauth.TakeAt(g.now().UnixNano(), BucketKey{Tenant: ip, Scope: "unauthenticated"}, c.unauth, 1)
 	switch {
 	case !res.Allowed:
@@ -600,6 +603,19 @@ func quotaState(name string, l Limit, r Result) QuotaState {
 func window(l Limit) time.Duration { return secondsToDuration(l.Burst / l.Rate) }
 
 // clientIP returns the host part of a "host:port" peer address.
+// unauthKey is the key of a failed-authentication bucket: the client's
+// IPv4 address, or its IPv6 /64 (one host usually has a whole /64 to rotate
+// through).
+func unauthKey(remote string) string {
+	ip := clientIP(remote)
+	a, err := netip.ParseAddr(ip)
+	if err != nil || a.Unmap().Is4() {
+		return ip
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}
+
 func clientIP(addr string) string {
 	if i := strings.LastIndexByte(addr, ':'); i >= 0 && !strings.HasSuffix(addr, "]") {
 		addr = addr[:i]

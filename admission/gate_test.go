@@ -119,6 +119,11 @@ func TestGateRouteGroup(t *testing.T) {
 	if d.Allowed || d.Reason != "group_quota" {
 		t.Fatalf("third export: %+v, want group_quota", d)
 	}
+	// The headers report the bucket that decided, not the unconsulted
+	// tenant bucket (which would say "retry now").
+	if d.NQuotas != 1 || d.Quotas[0].Name != "exports" || d.Quotas[0].Remaining != 5 || d.Quotas[0].Reset <= 0 {
+		t.Fatalf("quotas reported on a group rejection: %d %+v", d.NQuotas, d.Quotas)
+	}
 }
 
 func TestGateGlobalBackstop(t *testing.T) {
@@ -198,12 +203,16 @@ func TestMiddlewareContract(t *testing.T) {
 	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.Add(1)
 		gotTenant = r.Header.Get(HeaderTenantID)
+		if v := r.Header["X_tenant_id"]; v != nil {
+			t.Errorf("X_tenant_id reached the handler: %v", v)
+		}
 		w.WriteHeader(204)
 	}))
 	do := func(key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/api/v1/search", nil)
 		r.Header.Set("X-API-Key", key)
 		r.Header.Set("X-Tenant-Id", "acme")
+		r.Header["X_tenant_id"] = []string{"acme"}
 		r.Header.Set("RateLimit-Remaining", "9999")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
@@ -393,4 +402,17 @@ func BenchmarkGateCheckAllLayers(b *testing.B) {
 			d.Done(true)
 		}
 	})
+}
+
+func TestUnauthKey(t *testing.T) {
+	for remote, want := range map[string]string{
+		"192.0.2.7:5555":             "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::1]:443": "2001:db8:1:2::/64",
+		"[::ffff:192.0.2.7]:80":      "::ffff:192.0.2.7",
+	} {
+		if got := unauthKey(remote); got != want {
+			t.Errorf("unauthKey(%q) = %q, want %q", remote, got, want)
+		}
+	}
 }

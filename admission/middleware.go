@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -179,15 +178,38 @@ func (g *Gate) trustedPriority(r *http.Request) (shed.Priority, bool) {
 // off as a tenant, fake a quota or raise its own priority.
 func stripClientHeaders(h http.Header) {
 	for k := range h {
-		if hasPrefixFold(k, "X-Tenant-") || hasPrefixFold(k, "Ratelimit") ||
-			hasPrefixFold(k, "X-Ratelimit") || strings.EqualFold(k, HeaderPriority) {
+		// Compare with '_' read as '-': CGI-style upstreams (WSGI, Rack,
+		// PHP) map X_Tenant_Id and X-Tenant-Id to the same variable.
+		if hasPrefixFoldUnderscore(k, "X-Tenant-") || hasPrefixFoldUnderscore(k, "Ratelimit") ||
+			hasPrefixFoldUnderscore(k, "X-Ratelimit") || hasPrefixFoldUnderscore(k, HeaderPriority) && len(k) == len(HeaderPriority) {
 			delete(h, k)
 		}
 	}
 }
 
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// hasPrefixFoldUnderscore is a case-insensitive HasPrefix in which '_' in s
+// matches '-' in prefix.
+func hasPrefixFoldUnderscore(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		c, p := lower(s[i]), lower(prefix[i])
+		if c == '_' {
+			c = '-'
+		}
+		if c != p {
+			return false
+		}
+	}
+	return true
 }
 
 func NewRequestID() string {
@@ -266,7 +288,7 @@ func tooManyMessage(d *Decision, retry int64) string {
 		return "Tenant " + d.Tenant.ID + " is over its quota for " + d.Route.Group + " requests." + after
 	case "too_many_failed_attempts":
 		return "Too many requests without a valid API key from this address." + after
-	case "concurrency":
+	case "max_concurrent":
 		return "Tenant " + d.Tenant.ID + " has too many requests in flight." + after
 	}
 	return "Too many requests." + after

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/fairgate/fairgate/shed"
@@ -112,7 +113,7 @@ func (r *Route) match(method, path string) bool {
 			if part == "" {
 				return false
 			}
-		} else if part != seg {
+		} else if !strings.EqualFold(part, seg) {
 			return false
 		}
 	}
@@ -131,9 +132,17 @@ type routeTable struct {
 	unmatched *Route
 }
 
-func (t *routeTable) lookup(method, path string) *Route {
+// The path is classified as path.Clean makes it ("//a/./b/" is "/a/b"), and
+// literal segments match regardless of case, so that spelling a path
+// differently never makes an expensive route cheap: many upstream
+// frameworks serve those spellings as the same route. The request itself
+// is forwarded as the client sent it.
+func (t *routeTable) lookup(method, p string) *Route {
+	if p != "/" {
+		p = path.Clean(p) // allocates only when the path was not clean
+	}
 	for _, r := range t.routes {
-		if r.match(method, path) {
+		if r.match(method, p) {
 			return r
 		}
 	}

@@ -45,3 +45,23 @@ func TestRouteConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteLookupSpellings: a path spelled differently (extra slashes, dot
+// segments, a trailing slash, other case) is still classified as its route,
+// so spelling never makes an expensive route cheap.
+func TestRouteLookupSpellings(t *testing.T) {
+	export, err := compileRoute(RouteConfig{Method: "POST", Path: "/api/v1/reports/export", Cost: 20}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := routeTable{routes: []*Route{export}, unmatched: &Route{Name: unmatchedName}}
+	for _, p := range []string{"/api/v1/reports/export", "/api/v1/reports/export/", "//api/v1/reports/export",
+		"/api/v1/reports//export", "/api/v1/./reports/export", "/api/v1/x/../reports/export", "/API/V1/Reports/Export"} {
+		if got := tbl.lookup("POST", p); got != export {
+			t.Errorf("POST %s classified as %q, want the export route", p, got.Name)
+		}
+	}
+	if got := tbl.lookup("POST", "/api/v1/reports/exports"); got == export {
+		t.Error("a different path matched the export route")
+	}
+}

@@ -178,3 +178,22 @@ func TestInvalidKeyFlood(t *testing.T) {
 		t.Fatalf("%d buckets for failed attempts from one address, want 1", n)
 	}
 }
+
+// TestNoProtocolUpgrade: an Upgrade (h2c, WebSocket) is not passed on, so
+// no tunnel can carry requests the pipeline never sees; the request is
+// served as plain HTTP.
+func TestNoProtocolUpgrade(t *testing.T) {
+	base, up, _ := startGateway(t, nil, Options{})
+	for _, proto := range []string{"h2c", "websocket"} {
+		r := do(t, "GET", base+"/api/v1/users/me", "demo-pro-key", map[string]string{
+			"Upgrade": proto, "Connection": "Upgrade, HTTP2-Settings", "HTTP2-Settings": "AAMAAABkAAQAAP__",
+			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"})
+		if r.status != 200 {
+			t.Fatalf("%s: status %d", proto, r.status)
+		}
+		got := up.last()
+		if got.Header.Get("Upgrade") != "" || got.Header.Get("Http2-Settings") != "" || strings.Contains(strings.ToLower(got.Header.Get("Connection")), "upgrade") {
+			t.Fatalf("%s: the upstream was asked to upgrade: %v", proto, got.Header)
+		}
+	}
+}

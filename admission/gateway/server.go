@@ -217,11 +217,15 @@ func (s *Server) hygiene(next http.Handler) http.Handler {
 		}
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		// Deferred: ReverseProxy panics with http.ErrAbortHandler when the
+		// client goes away mid-response, and that trace must end too.
+		defer func() {
+			endRequest(sp, sw.status, id)
+			if logged {
+				s.logRequest(r.Context(), r, sw.status, id, start)
+			}
+		}()
 		inner.ServeHTTP(sw, r)
-		endRequest(sp, sw.status, id)
-		if logged {
-			s.logRequest(r.Context(), r, sw.status, id, start)
-		}
 	})
 }
 
@@ -237,6 +241,12 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)
+		// No protocol upgrades (WebSocket, h2c): a tunnel would carry
+		// requests the pipeline never sees. Without the header the
+		// request is served as ordinary HTTP, as by a server that does
+		// not speak the protocol.
+		r.Header.Del("Upgrade")
+		r.Header.Del("Http2-Settings")
 		next.ServeHTTP(w, r)
 	})
 }
