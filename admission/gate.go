@@ -327,6 +327,13 @@ func (g *Gate) check(ctx context.Context, req Request) (Decision, error) {
 	if d.Status != 0 {
 		return d, nil
 	}
+	// A panic in a later layer (a bug) must not leak what was taken.
+	defer func() {
+		if p := recover(); p != nil {
+			d.held.release(false)
+			panic(p)
+		}
+	}()
 	if err := g.concurrencyAndBeyond(ctx, c, &d); err != nil || d.Status != 0 {
 		d.held.release(false)
 		return d, err

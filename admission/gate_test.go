@@ -391,17 +391,7 @@ func BenchmarkGateCheckAllLayers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := req("ent-key", "GET", "/api/v1/users/me")
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			d, _ := g.Check(context.Background(), r)
-			if !d.Allowed {
-				b.Fatalf("rejected: %+v", d)
-			}
-			d.Done(true)
-		}
-	})
+	runBenchCheck(context.Background(), b, g)
 }
 
 func TestUnauthKey(t *testing.T) {

@@ -141,6 +141,12 @@ func benchCheck(ctx context.Context, b *testing.B, o Options) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	runBenchCheck(ctx, b, g)
+}
+
+// runBenchCheck runs admitted checks of acme's users/me through g in
+// parallel.
+func runBenchCheck(ctx context.Context, b *testing.B, g *Gate) {
 	r := req("ent-key", "GET", "/api/v1/users/me")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
