@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"reflect"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -193,8 +195,25 @@ func (s *Server) Reload(cfg Config) error {
 		return err
 	}
 	old := s.cfg.Swap(&cfg)
-	if old.Listen != cfg.Listen || old.AdminListen != cfg.AdminListen || old.Server != cfg.Server || old.Upstream != cfg.Upstream {
-		s.log.Warn("config reload: listen addresses, upstream and server limits apply after a restart")
+	// max_body_bytes is read per request and applies at once; the rest of
+	// these are fixed when the server starts.
+	oldSrv, newSrv := old.Server, cfg.Server
+	oldSrv.MaxBodyBytes, newSrv.MaxBodyBytes = 0, 0
+	var later []string
+	for _, f := range []struct {
+		name    string
+		changed bool
+	}{
+		{"listen", old.Listen != cfg.Listen}, {"admin_listen", old.AdminListen != cfg.AdminListen},
+		{"upstream", old.Upstream != cfg.Upstream}, {"server (timeouts, max_header_bytes)", oldSrv != newSrv},
+		{"redis", !reflect.DeepEqual(old.Redis, cfg.Redis)}, {"tracing", !reflect.DeepEqual(old.Tracing, cfg.Tracing)},
+	} {
+		if f.changed {
+			later = append(later, f.name)
+		}
+	}
+	if len(later) > 0 {
+		s.log.Warn("config reloaded; these changes apply only after a restart", "fields", strings.Join(later, ", "))
 	}
 	return nil
 }
