@@ -240,7 +240,7 @@ Demo API keys:
 
 Try:
   curl -i -H 'Authorization: Bearer demo-starter-key' http://%[1]s/api/v1/users/me
-  for i in $(seq 30); do curl -s -o /dev/null -w '%%{http_code} ' -H 'Authorization: Bearer demo-starter-key' http://%[1]s/api/v1/search; done; echo
+  for i in $(seq 8); do curl -s -o /dev/null -w '%%{http_code} Retry-After: %%header{retry-after}\n' -H 'Authorization: Bearer demo-starter-key' http://%[1]s/api/v1/search; done
   curl -i -H 'Authorization: Bearer demo-enterprise-key' http://%[1]s/api/v1/users/me
   curl -s http://%[2]s/admin/tenants/initech
 
