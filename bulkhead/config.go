@@ -26,8 +26,8 @@ type Config struct {
 // PoolConfig describes one pool.
 type PoolConfig struct {
 	// Share is the pool's weight in the total: its nominal seats are
-	// ceil(total × share ÷ sum of shares), so every pool has at least one
-	// seat. Required, > 0.
+	// total × share ÷ sum of shares, rounded so that the pools' seats add
+	// up to the total, and at least one. Required, 1 to 1,000,000.
 	Share int `yaml:"share"`
 
 	// LendablePercent is the part of the pool's nominal seats, 0 to 100,
@@ -60,8 +60,8 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
 	}
-	if c.Total < 1 {
-		bad("total", "must be > 0, got %d", c.Total)
+	if c.Total < 1 || c.Total > 1_000_000 {
+		bad("total", "must be between 1 and 1000000, got %d", c.Total)
 	}
 	if len(c.Pools) == 0 {
 		bad("pools", "must define at least one pool")
@@ -76,17 +76,17 @@ func (c Config) Validate() error {
 		if name == "" {
 			bad("pools", "a pool's name must not be empty")
 		}
-		if p.Share < 1 {
-			bad(field+".share", "must be > 0, got %d", p.Share)
+		if p.Share < 1 || p.Share > 1_000_000 {
+			bad(field+".share", "must be between 1 and 1000000, got %d", p.Share)
 		}
 		if p.LendablePercent < 0 || p.LendablePercent > 100 {
 			bad(field+".lendable_percent", "must be between 0 and 100, got %d", p.LendablePercent)
 		}
-		if p.BorrowingPercent < 0 {
-			bad(field+".borrowing_percent", "must be >= 0, got %d", p.BorrowingPercent)
+		if p.BorrowingPercent < 0 || p.BorrowingPercent > 10_000 {
+			bad(field+".borrowing_percent", "must be between 0 and 10000, got %d", p.BorrowingPercent)
 		}
-		if p.QueueLength < 0 {
-			bad(field+".queue_length", "must be >= 0, got %d", p.QueueLength)
+		if p.QueueLength < 0 || p.QueueLength > 1_000_000 {
+			bad(field+".queue_length", "must be between 0 and 1000000, got %d", p.QueueLength)
 		}
 		if p.MaxWait < 0 || (p.QueueLength > 0 && p.MaxWait == 0) {
 			bad(field+".max_wait", "must be > 0 when queue_length > 0, got %s", p.MaxWait)

@@ -40,10 +40,10 @@ func TestConfigValidateNamesField(t *testing.T) {
 		mod  func(*PoolConfig)
 		want string
 	}{
-		{"share", func(p *PoolConfig) { p.Share = 0 }, "pools.gold.share: must be > 0"},
+		{"share", func(p *PoolConfig) { p.Share = 0 }, "pools.gold.share: must be between 1 and 1000000"},
 		{"lendable", func(p *PoolConfig) { p.LendablePercent = 101 }, "pools.gold.lendable_percent: must be between 0 and 100"},
-		{"borrowing", func(p *PoolConfig) { p.BorrowingPercent = -1 }, "pools.gold.borrowing_percent: must be >= 0"},
-		{"queue", func(p *PoolConfig) { p.QueueLength = -1 }, "pools.gold.queue_length: must be >= 0"},
+		{"borrowing", func(p *PoolConfig) { p.BorrowingPercent = -1 }, "pools.gold.borrowing_percent: must be between 0 and 10000"},
+		{"queue", func(p *PoolConfig) { p.QueueLength = -1 }, "pools.gold.queue_length: must be between 0 and 1000000"},
 		{"max wait", func(p *PoolConfig) { p.MaxWait = 0 }, "pools.gold.max_wait: must be > 0 when queue_length > 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,7 +59,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 		})
 	}
 	err := Config{}.Validate()
-	for _, want := range []string{"total: must be > 0", "pools: must define at least one pool"} {
+	for _, want := range []string{"total: must be between 1 and 1000000", "pools: must define at least one pool"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate of the zero Config = %v; want it to contain %q", err, want)
 		}

@@ -18,7 +18,10 @@
 // # Pools
 //
 // Like Kubernetes API Priority and Fairness, each pool's nominal seats are
-// ceil(total × share ÷ sum of shares) of a total that can change at run time
+// its share of a total that can change at run time, total × share ÷ sum of
+// shares, rounded so that the seats add up to exactly the total (largest
+// remainder; every pool keeps at least one seat, so the total is at least
+// the number of pools)
 // ([Pools.SetTotal]); seats above a lowered total drain, they are not taken
 // back. A pool with no free seat may borrow one from a pool that leaves it
 // idle, within the lender's lendable_percent and the borrower's

@@ -146,14 +146,46 @@ func (ps *Pools) Total() int {
 	return ps.total
 }
 
+// setTotalLocked shares n seats among the pools by their shares, so that
+// the seats add up to exactly the total (largest remainder: each pool gets
+// the floor of its share, and the leftover seats go to the largest
+// fractions, ties by name). Every pool keeps at least one seat, so the
+// total is at least the number of pools. ps.mu must be held.
 func (ps *Pools) setTotalLocked(n int) {
-	ps.total = max(n, 1)
+	ps.total = max(n, len(ps.order), 1)
 	sum := 0
 	for _, p := range ps.order {
 		sum += p.cfg.Share
 	}
+	given := 0
+	byRemainder := make([]*pool, len(ps.order))
+	copy(byRemainder, ps.order)
 	for _, p := range ps.order {
-		p.nominal = (ps.total*p.cfg.Share + sum - 1) / sum
+		p.nominal = ps.total * p.cfg.Share / sum
+		given += p.nominal
+	}
+	slices.SortStableFunc(byRemainder, func(a, b *pool) int {
+		return ps.total*b.cfg.Share%sum - ps.total*a.cfg.Share%sum
+	})
+	for i := 0; given < ps.total; i++ {
+		byRemainder[i%len(byRemainder)].nominal++
+		given++
+	}
+	// A pool left with none takes one from the pool with the most.
+	for _, p := range ps.order {
+		if p.nominal > 0 {
+			continue
+		}
+		richest := ps.order[0]
+		for _, q := range ps.order {
+			if q.nominal > richest.nominal {
+				richest = q
+			}
+		}
+		richest.nominal--
+		p.nominal = 1
+	}
+	for _, p := range ps.order {
 		p.lendable = (p.nominal*p.cfg.LendablePercent + 50) / 100
 		p.borrowLimit = (p.nominal*p.cfg.BorrowingPercent + 50) / 100
 	}

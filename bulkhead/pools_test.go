@@ -79,9 +79,9 @@ func TestPoolsSeatsFollowShares(t *testing.T) {
 	for _, tc := range []struct {
 		total, gold, silver, goldLend, goldBorrow int
 	}{
-		{10, 8, 3, 4, 16}, // ceil(7.5), ceil(2.5)
+		{10, 8, 2, 4, 16}, // 7.5 and 2.5: the tie goes to the first by name; 10 seats in all
 		{4, 3, 1, 2, 6},
-		{0, 1, 1, 1, 2}, // clamped to 1: every pool keeps a seat
+		{0, 1, 1, 1, 2}, // every pool keeps a seat: the total is at least 2
 	} {
 		ps.SetTotal(tc.total)
 		g, s := stats(t, ps, "gold"), stats(t, ps, "silver")
@@ -342,4 +342,31 @@ func TestDrain(t *testing.T) {
 			t.Fatalf("gauges after drain: %+v", st)
 		}
 	})
+}
+
+// TestPoolsSeatsAddUpToTotal: the pools never hold more seats than the
+// total (the upstream's capacity), whatever the shares, down to one seat a
+// pool.
+func TestPoolsSeatsAddUpToTotal(t *testing.T) {
+	for _, shares := range [][]int{{50, 30, 20}, {1, 1, 1}, {3, 1}, {97, 2, 1}, {1}} {
+		pools := map[string]PoolConfig{}
+		for i, sh := range shares {
+			pools[string(rune('a'+i))] = PoolConfig{Share: sh}
+		}
+		ps := newPools(t, 1, pools)
+		for total := 0; total <= 64; total++ {
+			ps.SetTotal(total)
+			sum := 0
+			for _, name := range ps.Names() {
+				st := stats(t, ps, name)
+				if st.Seats < 1 {
+					t.Fatalf("shares %v total %d: pool %s has %d seats", shares, total, name, st.Seats)
+				}
+				sum += st.Seats
+			}
+			if want := max(total, len(shares)); sum != want {
+				t.Fatalf("shares %v total %d: seats add up to %d, want %d", shares, total, sum, want)
+			}
+		}
+	}
 }
