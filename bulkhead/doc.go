@@ -45,8 +45,10 @@
 // credit and spends it on items in push order; unspent credit carries over
 // only while the flow stays non-empty. Over any busy period each flow is
 // served the same cost within one quantum, whatever the others have queued:
-// one tenant's 500 queued exports add at most one of its requests ahead of
-// another tenant's single request.
+// one tenant's 500 queued exports add at most one quantum of its requests
+// (the largest cost queued, so one export, or that cost's worth of cheap
+// requests) ahead of another tenant's single request. The quantum is the
+// largest cost pushed since the queue was last empty.
 //
 // The alternative, APF's virtual-time fair queuing with shuffle sharding,
 // needs an estimate of each request's duration to compute virtual finish

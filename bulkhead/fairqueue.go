@@ -70,7 +70,7 @@ func (q *FairQueue[T]) reset() {
 	q.flows = make([]qflow, 1, 16)
 	q.byCount = make([]int32, 2, 16)
 	q.byKey = make(map[string]int32)
-	q.freeNode, q.freeFlow, q.cur, q.maxCount = 0, 0, 0, 0
+	q.freeNode, q.freeFlow, q.cur, q.maxCount, q.quantum = 0, 0, 0, 0, 0
 }
 
 // Len reports the number of items queued.
@@ -193,6 +193,11 @@ func (q *FairQueue[T]) unlink(ni int32) {
 	q.recount(fi, -1)
 	if q.flows[fi].n == 0 {
 		q.deleteFlow(fi)
+	}
+	if q.n == 0 {
+		// An empty queue forgets its largest cost: one export long ago
+		// must not give every flow twenty cheap items per turn forever.
+		q.quantum = 0
 	}
 	if q.n == 0 && (len(q.nodes) > shrinkAbove || len(q.flows) > shrinkAbove) {
 		q.reset()

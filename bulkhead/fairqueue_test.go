@@ -168,3 +168,29 @@ func TestFairQueueAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// TestFairQueueQuantumResets: once the queue has emptied, an expensive item
+// served long ago no longer sets how many cheap items a flow gets per turn:
+// a light flow's single item is served second, not after twenty of the
+// heavy flow's.
+func TestFairQueueQuantumResets(t *testing.T) {
+	q := NewFairQueue[string]()
+	q.Push("exporter", 20, "export")
+	q.Pop()
+	for range 100 {
+		q.Push("heavy", 1, "heavy")
+	}
+	q.Push("light", 1, "light")
+	for i := 1; ; i++ {
+		item, ok := q.Pop()
+		if !ok {
+			t.Fatal("light never served")
+		}
+		if item == "light" {
+			if i > 2 {
+				t.Fatalf("light served %dth, want 2nd", i)
+			}
+			return
+		}
+	}
+}
