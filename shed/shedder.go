@@ -188,9 +188,16 @@ func (s *Shedder) calibrateLocked(now time.Time) {
 		total += c
 	}
 	util := s.busy / span
+	excess := float64(s.last.Queued) - queueTarget*float64(s.last.QueueCap)
 	switch {
 	case total == 0 || util <= 0 || s.last.Completed < s.winDone:
 		s.admit = 1 // no demand, nothing in flight, or the counter was reset
+	case s.admit >= 1 && excess <= 0 && s.last.Completed == s.winDone:
+		// Calls in flight, none finished in this window (calls longer
+		// than the window, or the first window) and no queue beyond its
+		// target: nothing was measured and nothing is waiting, so this is
+		// no overload. (Measuring zero capacity here shed 99%.)
+		s.admit = 1
 	default:
 		demand := float64(total) / span
 		measured := float64(s.last.Completed-s.winDone) / span / util
@@ -201,7 +208,6 @@ func (s *Shedder) calibrateLocked(now time.Time) {
 		}
 		s.capacity = measured
 		capacity := measured
-		excess := float64(s.last.Queued) - queueTarget*float64(s.last.QueueCap)
 		s.admit = min(1, max(minAdmit, (capacity-excess/s.interval.Seconds())/demand))
 	}
 	s.winStart, s.winDone, s.busy = now, s.last.Completed, 0

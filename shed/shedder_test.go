@@ -341,3 +341,68 @@ func TestShedderRetryAfterGrowsWithOverload(t *testing.T) {
 		t.Errorf("Retry-After at 2x = %v, at 4x = %v; want >= %v and growing", r2, r4, DefaultCalibrationInterval)
 	}
 }
+
+// TestNoSheddingWithoutOverload: calls longer than the calibration interval
+// at 30% utilisation, no queue: nothing is shed (windows with calls in
+// flight and none finished measured a capacity of zero and shed 99%).
+func TestNoSheddingWithoutOverload(t *testing.T) {
+	s, err := NewShedder(SheddingConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, 0)
+	var ends []time.Time
+	var completed uint64
+	for i := range 200 {
+		now := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		k := 0
+		for _, e := range ends {
+			if e.After(now) {
+				ends[k] = e
+				k++
+			} else {
+				completed++
+			}
+		}
+		ends = ends[:k]
+		s.Observe(now, Pressure{Inflight: len(ends), Limit: 20, Completed: completed})
+		if ok, _ := s.Admit(PriorityFor(0, Default)); !ok {
+			t.Fatalf("shed at t=%v with %d of 20 in flight and no queue", now.Sub(t0), len(ends))
+		}
+		ends = append(ends, now.Add(3*time.Second))
+	}
+}
+
+// TestNoSheddingAfterIdle: after an overload and a long silence, the first
+// light requests are admitted.
+func TestNoSheddingAfterIdle(t *testing.T) {
+	s, err := NewShedder(SheddingConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, 0)
+	var completed uint64
+	now := t0
+	for ms := 0; ms <= 3000; ms += 10 {
+		now = t0.Add(time.Duration(ms) * time.Millisecond)
+		if ms%20 == 0 {
+			completed++
+		}
+		s.Observe(now, Pressure{Queued: 64, QueueCap: 64, Inflight: 16, Limit: 16, Completed: completed})
+		for j := range 10 {
+			s.Admit(PriorityFor(0, []Criticality{Sheddable, Default}[j%2]))
+		}
+	}
+	if s.Threshold() == 0 {
+		t.Fatal("the overload shed nothing: the scenario is not an overload")
+	}
+	completed += 24
+	now = now.Add(60 * time.Second)
+	for range 5 {
+		now = now.Add(10 * time.Millisecond)
+		s.Observe(now, Pressure{QueueCap: 64, Limit: 16, Completed: completed})
+		if ok, _ := s.Admit(PriorityFor(0, Default)); !ok {
+			t.Fatalf("shed after 60 s idle (threshold %d)", s.Threshold())
+		}
+	}
+}
