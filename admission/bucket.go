@@ -63,5 +63,8 @@ func secondsToDuration(s float64) time.Duration {
 	if s <= 0 {
 		return 0
 	}
+	if s >= math.MaxInt64/1e9 {
+		return math.MaxInt64 // never for a validated config (burst/rate ≤ 1e9 s)
+	}
 	return time.Duration(math.Ceil(s * 1e9))
 }

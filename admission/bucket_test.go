@@ -60,7 +60,7 @@ func FuzzBucket(f *testing.F) {
 	f.Add(100.0, 500.0, 20.0, int64(0), int64(-1e9))
 	f.Add(0.001, 1.0, 1.0, int64(1), int64(math.MaxInt32))
 	f.Fuzz(func(t *testing.T, rate, burst, cost float64, dt1, dt2 int64) {
-		if !(rate > 0 && rate < 1e9 && burst >= 1 && burst < 1e12 && cost > 0 && cost <= burst) {
+		if !(rate > 0 && rate < 1e9 && burst >= 1 && burst < 1e12 && cost > 0 && cost <= burst && burst/rate <= 1e9) {
 			t.Skip()
 		}
 		l := Limit{Rate: rate, Burst: burst}

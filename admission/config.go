@@ -169,6 +169,9 @@ func checkQuota(field string, q tenant.Quota) error {
 	if !(q.Burst >= 1) || q.Burst > 1e12 {
 		errs = append(errs, fmt.Errorf("%s.burst: must be >= 1 (tokens)", field))
 	}
+	if q.Rate > 0 && q.Burst/q.Rate > tenant.MaxRefill {
+		errs = append(errs, fmt.Errorf("%s.burst: refills in %.3g s (burst/rate); at most %g s", field, q.Burst/q.Rate, float64(tenant.MaxRefill)))
+	}
 	return errors.Join(errs...)
 }
 

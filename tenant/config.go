@@ -62,6 +62,11 @@ type TenantConfig struct {
 	MaxConcurrent *int     `yaml:"max_concurrent,omitempty"`
 }
 
+// MaxRefill is the longest a bucket may take to refill from empty
+// (burst ÷ rate), in seconds: about 31 years. Beyond it the arithmetic in
+// nanoseconds and the stores' expiry times would overflow.
+const MaxRefill = 1e9
+
 // MaxRank is the highest tier rank.
 const MaxRank = 4
 
@@ -87,6 +92,9 @@ func (c *Config) Validate() error {
 		if !(t.Burst > 0) || t.Burst > 1e12 {
 			bad(f+".burst", "must be > 0 (tokens)")
 		}
+		if t.Rate > 0 && t.Burst/t.Rate > MaxRefill {
+			bad(f+".burst", "refills in %.3g s (burst/rate); at most %g s", t.Burst/t.Rate, float64(MaxRefill))
+		}
 		if t.MaxConcurrent < 0 {
 			bad(f+".max_concurrent", "must be >= 0 (0 means no cap)")
 		}
@@ -103,6 +111,9 @@ func (c *Config) Validate() error {
 			}
 			if !(q.Burst > 0) {
 				bad(f+".groups."+g+".burst", "must be > 0 (tokens)")
+			}
+			if q.Rate > 0 && q.Burst/q.Rate > MaxRefill {
+				bad(f+".groups."+g+".burst", "refills in %.3g s (burst/rate); at most %g s", q.Burst/q.Rate, float64(MaxRefill))
 			}
 		}
 	}
@@ -141,6 +152,18 @@ func (c *Config) Validate() error {
 		}
 		if tc.Burst != nil && !(*tc.Burst > 0) {
 			bad(f+".burst", "must be > 0 (tokens)")
+		}
+		if tier, ok := c.Tiers[tc.Tier]; ok {
+			rate, burst := tier.Rate, tier.Burst
+			if tc.Rate != nil {
+				rate = *tc.Rate
+			}
+			if tc.Burst != nil {
+				burst = *tc.Burst
+			}
+			if rate > 0 && burst/rate > MaxRefill {
+				bad(f+".burst", "refills in %.3g s (burst/rate); at most %g s", burst/rate, float64(MaxRefill))
+			}
 		}
 		if tc.MaxConcurrent != nil && *tc.MaxConcurrent < 0 {
 			bad(f+".max_concurrent", "must be >= 0 (0 means no cap)")

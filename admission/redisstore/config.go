@@ -199,23 +199,32 @@ func (c Config) withDefaults() Config {
 
 // NewClient validates c and builds the go-redis client it describes: a
 // single node, a Sentinel-backed failover client (MasterName) or a cluster
-// client (Cluster). The client never retries a command (a retried take
-// could take twice) and honours context deadlines, which is how the Store
-// enforces Timeout. The caller closes it.
+// client (Cluster). A retried take could take twice, so the client does not
+// retry (MaxRetries -1), and the Cluster client's own retries on connection
+// errors are made to back off past the per-call deadline, so none is sent
+// in time. It honours context deadlines, which is how the Store enforces
+// Timeout. The caller closes it.
 func NewClient(c Config) (redis.UniversalClient, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	c = c.withDefaults()
 	o := &redis.UniversalOptions{
-		Addrs:                 c.Addrs,
-		MasterName:            c.MasterName,
-		IsClusterMode:         c.Cluster,
-		Username:              c.Username,
-		Password:              c.Password,
-		DB:                    c.DB,
-		PoolSize:              c.PoolSize,
-		MaxRetries:            -1,
+		Addrs:         c.Addrs,
+		MasterName:    c.MasterName,
+		IsClusterMode: c.Cluster,
+		Username:      c.Username,
+		Password:      c.Password,
+		DB:            c.DB,
+		PoolSize:      c.PoolSize,
+		MaxRetries:    -1,
+		// A Cluster client retries a pipeline on connection errors even
+		// with MaxRetries -1, re-sending calls that may already have taken
+		// tokens. A retry backoff longer than the per-call deadline means
+		// no retry is ever sent in time; MOVED/ASK redirects, which do not
+		// back off, still work.
+		MinRetryBackoff:       max(10*time.Millisecond, 2*c.Timeout),
+		MaxRetryBackoff:       max(10*time.Millisecond, 2*c.Timeout),
 		DialerRetries:         1,
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,

@@ -86,3 +86,55 @@ func TestFaultProxy(t *testing.T) {
 	px.Close()
 	checkGoroutines(t, base)
 }
+
+// TestBackwardClockTTL: when Redis's clock is behind the bucket's last
+// instant (a failover to a replica whose clock lags), the key must live
+// until the bucket is really full: (last - now) + refill, not just the
+// refill from now, or the bucket comes back full early.
+func TestBackwardClockTTL(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.DenyCacheSize = -1 }, Options{})
+	ctx := context.Background()
+	k := admission.BucketKey{Tenant: "skewed"}
+	key := bucketKey(k)
+	// Empty bucket whose last instant is 2 s in Redis's future.
+	if _, err := s.client.Eval(ctx, "local t=redis.call('TIME'); local now=tonumber(t[1])*1000000+tonumber(t[2]); "+
+		"redis.call('SET', KEYS[1], struct.pack('<dd', 0, now+2000000)); return 1", []string{key}).Result(); err != nil {
+		t.Fatal(err)
+	}
+	l := admission.Limit{Rate: 1, Burst: 2}
+	if r, err := s.Take(ctx, k, l, 1); err != nil || r.Allowed {
+		t.Fatalf("take from an empty bucket: %+v %v", r, err)
+	}
+	pttl, err := s.client.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Full 2 s (refill) after last, which is 2 s ahead: about 4 s.
+	if pttl < 3900*time.Millisecond {
+		t.Fatalf("PTTL %v, want about 4s (the bucket would come back full early)", pttl)
+	}
+}
+
+// TestScriptErrorDoesNotOpenBreaker: an error Redis answers for one
+// tenant's arguments is not Redis being unhealthy; it must not open the
+// breaker for everyone else.
+func TestScriptErrorDoesNotOpenBreaker(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, nil, Options{})
+	ctx := context.Background()
+	k := admission.BucketKey{Tenant: "wrongtype"}
+	// A key of the wrong type: every script call on it errors (WRONGTYPE).
+	if err := s.client.LPush(ctx, bucketKey(k), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		s.Decide(ctx, k, bigLimit, 1)
+	}
+	if st := s.BreakerState(); st != BreakerClosed {
+		t.Fatalf("breaker %v after script errors on one key", st)
+	}
+	if _, out, err := s.Decide(ctx, admission.BucketKey{Tenant: "innocent"}, bigLimit, 1); err != nil || out.Source != FromRedis {
+		t.Fatalf("another tenant after one key's errors: %+v %v", out, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -123,8 +124,11 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		MaxRequests: 1,
 		Timeout:     cfg.Breaker.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		// A caller that gave up says nothing about Redis.
-		IsExcluded:    func(err error) bool { return errors.Is(err, context.Canceled) },
+		// A caller that gave up says nothing about Redis; neither does an
+		// error Redis answered for this script and these arguments (it
+		// fails the same way on a healthy server, and must not open the
+		// breaker for every other tenant).
+		IsExcluded:    func(err error) bool { return errors.Is(err, context.Canceled) || isScriptError(err) },
 		OnStateChange: s.breakerChanged,
 	})
 	if !cfg.Batch.Disabled {
@@ -167,6 +171,10 @@ func (s *Store) Decide(ctx context.Context, k admission.BucketKey, l admission.L
 	if err != nil {
 		return s.fallback(k, l, cost, ErrBreakerOpen)
 	}
+	// Taken before the script runs, so start + RetryAfter is never later
+	// than the refill the script computed: the denial cache must not deny
+	// past it.
+	start := s.now()
 	rep, err := s.eval(ctx, bucketKey(k), l, cost)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -179,7 +187,7 @@ func (s *Store) Decide(ctx context.Context, k admission.BucketKey, l admission.L
 	done(nil)
 	r := rep.result(l, cost)
 	if !r.Allowed && s.deny != nil {
-		s.deny.put(k, l, cost, r, s.now())
+		s.deny.put(k, l, cost, r, start)
 	}
 	return r, Outcome{Source: FromRedis}, nil
 }
@@ -356,3 +364,20 @@ func (l *logLimiter) allow(now int64) (int64, bool) {
 }
 
 var _ admission.Store = (*Store)(nil)
+
+// isScriptError reports whether err is an error reply Redis gave about the
+// script or its arguments, rather than about its own health (loading,
+// busy, read-only replica, cluster down, out of memory, failing over).
+func isScriptError(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, health := range []string{"LOADING", "BUSY", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "OOM", "MASTERDOWN", "NOSCRIPT"} {
+		if strings.HasPrefix(msg, health) {
+			return false
+		}
+	}
+	return true
+}

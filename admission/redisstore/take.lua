@@ -39,6 +39,7 @@ else
   tokens = math.min(burst, tokens + elapsed / 1e6 * rate)
 end
 -- last never moves backwards, so a stepped clock cannot mint tokens.
+local realnow = now
 if now < last then
   now = last
 end
@@ -49,10 +50,15 @@ if tokens >= cost then
   allowed = 1
 end
 
--- Expire when full again (at least 1 ms).
-local ttl = math.ceil((burst - tokens) / rate * 1000)
+-- Expire when full again (at least 1 ms), counted from Redis's real clock:
+-- when it went backwards, the bucket is full only (last - realnow) later.
+local ttl = math.ceil((now - realnow) / 1000 + (burst - tokens) / rate * 1000)
 if ttl < 1 then
   ttl = 1
+end
+-- PX wants an integer; Lua prints 1e17 and above in exponent form.
+if ttl > 1e15 then
+  ttl = 1e15
 end
 redis.call('SET', KEYS[1], struct.pack('<dd', tokens, now), 'PX', ttl)
 
