@@ -417,6 +417,12 @@ func (g *Gate) concurrencyAndBeyond(ctx context.Context, c *compiled, d *Decisio
 		case errors.Is(err, bulkhead.ErrWaitTimeout):
 			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
 			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			// The request's own deadline ended its wait: the client is
+			// still there (an embedding handler set the deadline), so it
+			// gets the bulkhead's answer, not a silent 499.
+			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
+			return nil
 		case errors.Is(err, bulkhead.ErrDraining):
 			g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "draining", time.Second)
 			return nil
