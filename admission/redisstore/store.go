@@ -140,6 +140,13 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 	if cfg.FailurePolicy == Local {
 		s.local = admission.NewMemoryStore(admission.MemoryStoreOptions{Now: o.Now})
 	}
+	// Best effort, bounded: load the script now so the first decisions do
+	// not pay NOSCRIPT and EVAL on top of the dial within their deadline
+	// (a cold start could otherwise count towards the breaker). Redis
+	// being down at start is not an error: the failure policy covers it.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_ = s.script.Load(ctx, client).Err()
+	cancel()
 	return s, nil
 }
 
