@@ -32,9 +32,7 @@ func TestFaultProxy(t *testing.T) {
 	}, Options{})
 	k := admission.BucketKey{Tenant: "faulty"}
 	ctx := context.Background()
-	if _, out, err := s.Decide(ctx, k, bigLimit, 1); err != nil || out.Source != FromRedis {
-		t.Fatalf("pass-through: %+v %v", out, err)
-	}
+	untilFromRedis(t, s, k) // pass-through works (polled: a cold call may miss 20 ms under -race)
 	for _, f := range []faultproxy.Fault{
 		{Mode: faultproxy.Latency, Latency: 200 * time.Millisecond},
 		{Mode: faultproxy.Drop},
@@ -69,22 +67,28 @@ func TestFaultProxy(t *testing.T) {
 			}
 			// Back to normal: Redis decides again once the breaker probes.
 			px.Set(faultproxy.Fault{})
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				_, out, _ := s.Decide(ctx, k, bigLimit, 1)
-				if out.Source == FromRedis {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no recovery within 5s after %v", f.Mode)
-				}
-				time.Sleep(10 * time.Millisecond) // waiting out the breaker's open_for, bounded
-			}
+			untilFromRedis(t, s, k)
 		})
 	}
 	s.Close()
 	px.Close()
 	checkGoroutines(t, base)
+}
+
+// untilFromRedis polls until a decision comes from Redis (the breaker
+// closed again), failing after 5 s.
+func untilFromRedis(t *testing.T, s *Store, k admission.BucketKey) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, out, _ := s.Decide(context.Background(), k, bigLimit, 1); out.Source == FromRedis {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no decision from Redis within 5s")
+		}
+		time.Sleep(10 * time.Millisecond) // waiting out the breaker's open_for, bounded
+	}
 }
 
 // TestBackwardClockTTL: when Redis's clock is behind the bucket's last
@@ -93,7 +97,9 @@ func TestFaultProxy(t *testing.T) {
 // refill from now, or the bucket comes back full early.
 func TestBackwardClockTTL(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.DenyCacheSize = -1 }, Options{})
+	// A generous deadline: this test is about the script, not timeouts
+	// (under -race a 5 ms call can miss and fall to the policy).
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.DenyCacheSize = -1; c.Timeout = time.Second }, Options{})
 	ctx := context.Background()
 	k := admission.BucketKey{Tenant: "skewed"}
 	key := bucketKey(k)
@@ -103,8 +109,9 @@ func TestBackwardClockTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := admission.Limit{Rate: 1, Burst: 2}
-	if r, err := s.Take(ctx, k, l, 1); err != nil || r.Allowed {
-		t.Fatalf("take from an empty bucket: %+v %v", r, err)
+	before, _ := s.client.Get(ctx, key).Bytes()
+	if r, out, err := s.Decide(ctx, k, l, 1); err != nil || r.Allowed {
+		t.Fatalf("take from an empty bucket: %+v %+v %v (state before: %x)", r, out, err, before)
 	}
 	pttl, err := s.client.PTTL(ctx, key).Result()
 	if err != nil {
@@ -121,7 +128,7 @@ func TestBackwardClockTTL(t *testing.T) {
 // breaker for everyone else.
 func TestScriptErrorDoesNotOpenBreaker(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := newTestStore(t, []string{srv.Addr()}, nil, Options{})
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second }, Options{})
 	ctx := context.Background()
 	k := admission.BucketKey{Tenant: "wrongtype"}
 	// A key of the wrong type: every script call on it errors (WRONGTYPE).
