@@ -10,7 +10,7 @@ bin="$cache/jaeger-v1.76.0/jaeger"
 if [ ! -x "$bin" ]; then
   mkdir -p "$(dirname "$bin")"
   echo "building Jaeger into $bin (first time: several minutes)" >&2
-  (cd "$here" && go build -modfile="$here/go.mod" -o "$bin.tmp" github.com/jaegertracing/jaeger/cmd/jaeger)
+  (cd "$here" && go build -buildvcs=false -modfile="$here/go.mod" -o "$bin.tmp" github.com/jaegertracing/jaeger/cmd/jaeger)
   mv "$bin.tmp" "$bin"
 fi
 echo "$bin"
