@@ -128,7 +128,11 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		// error Redis answered for this script and these arguments (it
 		// fails the same way on a healthy server, and must not open the
 		// breaker for every other tenant).
-		IsExcluded:    func(err error) bool { return errors.Is(err, context.Canceled) || isScriptError(err) },
+		IsExcluded: func(err error) bool {
+			var sf *sharedFailure
+			return errors.Is(err, context.Canceled) || isScriptError(err) ||
+				errors.Is(err, errQueuedPastDeadline) || errors.As(err, &sf)
+		},
 		OnStateChange: s.breakerChanged,
 	})
 	if !cfg.Batch.Disabled {
@@ -234,7 +238,7 @@ func (s *Store) runPipeline(batch []*call) {
 	live := make([]*call, 0, len(batch))
 	for _, c := range batch {
 		if !c.deadline.After(now) {
-			c.err = fmt.Errorf("redisstore: eval: queued past the deadline: %w", context.DeadlineExceeded)
+			c.err = errQueuedPastDeadline
 			continue
 		}
 		if deadline.IsZero() || c.deadline.Before(deadline) {
@@ -274,18 +278,37 @@ func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) []*r
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
+	counted := false
 	for i, c := range calls {
 		v, err := cmds[i].Result()
+		var re redis.Error
 		switch {
 		case err == nil:
 			c.rep, c.err = decodeReply(v)
 		case !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
+		case !errors.As(err, &re) && counted:
+			// The round trip failed for the whole pipeline (timeout,
+			// connection): one failure for the breaker, not one per call.
+			c.err = &sharedFailure{err: fmt.Errorf("redisstore: eval: %w", err)}
 		default:
 			c.err = fmt.Errorf("redisstore: eval: %w", err)
+			counted = counted || !errors.As(err, &re)
 		}
 	}
 	return cmds
 }
+
+// errQueuedPastDeadline is a batched call whose deadline passed while it
+// waited for a pipeline slot: Redis was never asked, so the breaker does
+// not count it.
+var errQueuedPastDeadline = fmt.Errorf("redisstore: eval: queued past the deadline: %w", context.DeadlineExceeded)
+
+// sharedFailure is the failure of a pipeline's round trip as seen by every
+// call in it but one: the breaker counts a failed round trip once.
+type sharedFailure struct{ err error }
+
+func (e *sharedFailure) Error() string { return e.err.Error() }
+func (e *sharedFailure) Unwrap() error { return e.err }
 
 // fallback decides by the failure policy because of cause.
 func (s *Store) fallback(k admission.BucketKey, l admission.Limit, cost float64, cause error) (admission.Result, Outcome, error) {
