@@ -25,14 +25,23 @@ type Caps struct {
 type capShard struct {
 	mu       sync.Mutex
 	inFlight map[string]int // tenant → requests in flight (> 0)
-	_        [48]byte       // keep shards on their own cache lines
+	free     []*slotToken   // tokens of released slots, for reuse
+	_        [24]byte       // keep shards on their own cache lines
 }
 
 // Slot is one admitted request under a tenant's cap. The zero Slot holds
-// nothing. Release it exactly once; later calls to Release on the same Slot
-// do nothing. A copy of a Slot is a second handle on the same slot, so
-// release through one variable only.
+// nothing. Release gives it back; only the first Release counts, through
+// any copy of the Slot (like Seat, it is a generation-checked handle).
 type Slot struct {
+	tok *slotToken
+	gen uint64
+}
+
+// slotToken makes Release idempotent across copies: a Slot is valid while
+// its gen matches the token's, and releasing bumps the token's gen. Guarded
+// by its shard's mu.
+type slotToken struct {
+	gen    uint64
 	shard  *capShard
 	tenant string
 }
@@ -65,8 +74,16 @@ func (c *Caps) TryAcquire(tenantID string, max int) (Slot, bool) {
 		return Slot{}, false
 	}
 	sh.inFlight[tenantID] = n + 1
+	var tok *slotToken
+	if k := len(sh.free); k > 0 {
+		tok, sh.free = sh.free[k-1], sh.free[:k-1]
+	} else {
+		tok = &slotToken{shard: sh}
+	}
+	tok.tenant = tenantID
+	gen := tok.gen
 	sh.mu.Unlock()
-	return Slot{shard: sh, tenant: tenantID}, true
+	return Slot{tok: tok, gen: gen}, true
 }
 
 // InFlight reports how many requests of tenantID hold a slot.
@@ -90,18 +107,26 @@ func (c *Caps) Tenants() int {
 	return n
 }
 
-// Release gives the slot back. Only the first call on a Slot counts.
-func (s *Slot) Release() {
-	sh := s.shard
-	if sh == nil {
+// Release gives the slot back. Only the first Release of a slot counts,
+// whichever copy of the Slot it is called on; it is safe to call from
+// several goroutines.
+func (s Slot) Release() {
+	tok := s.tok
+	if tok == nil {
 		return
 	}
-	s.shard = nil
+	sh := tok.shard
 	sh.mu.Lock()
-	if n := sh.inFlight[s.tenant]; n > 1 {
-		sh.inFlight[s.tenant] = n - 1
-	} else {
-		delete(sh.inFlight, s.tenant)
+	defer sh.mu.Unlock()
+	if tok.gen != s.gen {
+		return
 	}
-	sh.mu.Unlock()
+	tok.gen++
+	if n := sh.inFlight[tok.tenant]; n > 1 {
+		sh.inFlight[tok.tenant] = n - 1
+	} else {
+		delete(sh.inFlight, tok.tenant)
+	}
+	tok.tenant = ""
+	sh.free = append(sh.free, tok)
 }

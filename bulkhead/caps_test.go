@@ -89,3 +89,33 @@ func TestCapsConcurrentCountsExact(t *testing.T) {
 		t.Errorf("Tenants = %d after all released; want 0", n)
 	}
 }
+
+// TestSlotReleaseThroughCopies: releasing a slot through several copies,
+// even after its token was reused by a later slot, gives back exactly one.
+func TestSlotReleaseThroughCopies(t *testing.T) {
+	c := NewCaps()
+	a, ok := c.TryAcquire("acme", 2)
+	if !ok {
+		t.Fatal("first slot refused")
+	}
+	b, _ := c.TryAcquire("acme", 2)
+	copied := a
+	a.Release()
+	copied.Release()
+	a.Release()
+	if got := c.InFlight("acme"); got != 1 {
+		t.Fatalf("in flight after releasing one slot through three handles: %d, want 1", got)
+	}
+	// a's token is reused by the next slot; a's old handles must not
+	// release it.
+	d, _ := c.TryAcquire("acme", 2)
+	copied.Release()
+	if got := c.InFlight("acme"); got != 2 {
+		t.Fatalf("a stale handle released a reused slot: in flight %d, want 2", got)
+	}
+	b.Release()
+	d.Release()
+	if got, n := c.InFlight("acme"), c.Tenants(); got != 0 || n != 0 {
+		t.Fatalf("after all releases: in flight %d, tenants %d", got, n)
+	}
+}
