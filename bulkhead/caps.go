@@ -117,8 +117,8 @@ func (s Slot) Release() {
 	}
 	sh := tok.shard
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if tok.gen != s.gen {
+		sh.mu.Unlock()
 		return
 	}
 	tok.gen++
@@ -129,4 +129,5 @@ func (s Slot) Release() {
 	}
 	tok.tenant = ""
 	sh.free = append(sh.free, tok)
+	sh.mu.Unlock()
 }
