@@ -191,14 +191,7 @@ func flood(t *testing.T, shedding bool) floodResult {
 		}
 	}
 	wg.Go(func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		everyUntil(ctx, 50*time.Millisecond, func() {
 			t0 := time.Now()
 			status, layer := send("GET", "/api/v1/users/me", "demo-enterprise-key")
 			lat := time.Since(t0)
@@ -211,7 +204,7 @@ func flood(t *testing.T, shedding bool) floodResult {
 				t.Logf("acme users/me: %d from %q", status, layer)
 			}
 			mu.Unlock()
-		}
+		})
 	})
 	wg.Wait()
 	st, _ := srv.Gate().TenantState("acme")
@@ -240,4 +233,18 @@ func limitedUpstream(conns int, hold time.Duration) http.Handler {
 		}
 		io.WriteString(w, "ok")
 	})
+}
+
+// everyUntil calls f every d until ctx is done.
+func everyUntil(ctx context.Context, d time.Duration, f func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			f()
+		}
+	}
 }

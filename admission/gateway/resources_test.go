@@ -64,20 +64,12 @@ func TestSoakNoisyTenant(t *testing.T) {
 				}
 			})
 		}
-		paced := func(every time.Duration, method, path, key string) {
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					send(method, path, key)
-				}
-			}
-		}
-		wg.Go(func() { paced(20*time.Millisecond, "GET", "/api/v1/users/me", "demo-enterprise-key") })
-		wg.Go(func() { paced(500*time.Millisecond, "GET", "/api/v1/search", "demo-pro-key") })
+		wg.Go(func() {
+			everyUntil(ctx, 20*time.Millisecond, func() { send("GET", "/api/v1/users/me", "demo-enterprise-key") })
+		})
+		wg.Go(func() {
+			everyUntil(ctx, 500*time.Millisecond, func() { send("GET", "/api/v1/search", "demo-pro-key") })
+		})
 		wg.Wait()
 	}
 	// quiet closes the clients' idle connections and waits (bounded) until

@@ -102,9 +102,6 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 // Addr returns host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// Port returns the TCP port.
-func (s *Server) Port() int { return s.port }
-
 // Kill stops the server at once (SIGKILL) and waits for the process to exit.
 // Killing a killed server does nothing.
 func (s *Server) Kill() {
