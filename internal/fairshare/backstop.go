@@ -1,0 +1,168 @@
+package fairshare
+
+import (
+	"math"
+	"time"
+)
+
+// BackstopLimit is the global backstop's capacity: Rate tokens a second up
+// to Burst, shared fairly by the tenants active over the last Window or so.
+type BackstopLimit struct {
+	Rate  float64 // tokens a second, > 0
+	Burst float64 // tokens, > 0
+	// Window is the time constant of the tenants' decayed rates: how far
+	// back "recent use" looks. Must be > 0.
+	Window time.Duration
+}
+
+// tau is Window in seconds.
+func (l BackstopLimit) tau() float64 { return l.Window.Seconds() }
+
+// Backstop is a fair global token bucket. One bucket of Rate and Burst
+// bounds what all tenants together are admitted; who is refused when it is
+// empty is decided by fair share, not by who came first:
+//
+//   - a tenant whose recently admitted rate is within its fair share (the
+//     weighted max-min share of ShareOf × Rate among the tenants' recent
+//     demands) is
+//     admitted while the bucket holds more than −Burst: the lower half of
+//     the bucket's range is kept for tenants within their share, so they
+//     are never refused because another tenant emptied it;
+//   - a tenant above its share is admitted only while the bucket holds the
+//     cost (≥ 0 after the take), so it takes what the others leave
+//     (work-conserving) and absorbs every refusal.
+//
+// Tenants within their shares use no more than ShareOf × Rate between them,
+// so the reserve refills while they use it and the bucket stays within
+// [−Burst, Burst]: the admitted rate averages Rate at most, as a plain
+// bucket's does. The last tenth of Rate goes first-come to tenants above
+// their shares; it is what refills the reserve when every tenant is at its
+// share.
+//
+// The zero value is an empty backstop (full bucket, no tenants). Not safe
+// for concurrent use.
+type Backstop struct {
+	tokens  float64
+	last    int64
+	started bool
+	level   float64 // λ, tokens a second per unit of weight; +Inf: nobody above share
+	weights float64 // Σ weights of the tenants counted at levelAt
+	levelAt int64
+	tenants map[string]*backstopTenant
+	scratch []Demand
+}
+
+type backstopTenant struct {
+	demand   Rate // tokens a second asked for
+	admitted Rate // tokens a second taken
+	weight   float64
+}
+
+// BackstopResult is the Backstop's answer for one take.
+type BackstopResult struct {
+	Allowed bool
+	// WithinShare reports whether the tenant's recent admitted rate was
+	// within its fair share when it asked.
+	WithinShare bool
+	// Use is the tenant's recent admitted rate, Share its fair share, in
+	// tokens a second (Share is Rate when nobody is above its share).
+	Use, Share float64
+	// Tokens is what the bucket holds after the take; negative while
+	// tenants within their share are using the reserve.
+	Tokens float64
+	// RetryAfter is, when refused, the earliest the tenant could be
+	// admitted: the bucket holds the cost again, or its rate has decayed
+	// into its share.
+	RetryAfter time.Duration
+}
+
+// levelEvery is how often, in fractions of Window, the fair level is
+// recomputed from every tenant's demand; while the top of the bucket is
+// empty and nobody was above share at the last count, at every take (the
+// demands lag a sudden flood).
+const levelEvery = 50
+
+// ShareOf is the fraction of Rate divided into fair shares.
+const ShareOf = 0.9
+
+// Take decides a request of tenant (weight > 0) costing cost tokens at now.
+func (b *Backstop) Take(now int64, l BackstopLimit, tenant string, weight, cost float64) BackstopResult {
+	tau := l.tau()
+	if !b.started {
+		b.started, b.tokens, b.last, b.level = true, l.Burst, now, math.Inf(1)
+		b.tenants = make(map[string]*backstopTenant)
+	}
+	if now > b.last {
+		b.tokens = min(l.Burst, b.tokens+float64(now-b.last)/1e9*l.Rate)
+		b.last = now
+	}
+	t := b.tenants[tenant]
+	if t == nil {
+		t = &backstopTenant{}
+		b.tenants[tenant] = t
+	}
+	t.weight = weight
+	t.demand.Add(now, tau, cost)
+	if now-b.levelAt >= int64(l.Window)/levelEvery || now < b.levelAt || b.tokens < cost && math.IsInf(b.level, 1) {
+		b.recompute(now, l)
+	}
+	use := t.admitted.At(now, tau)
+	share := b.level * weight
+	if math.IsInf(share, 1) {
+		// Nobody is above share by the demands counted, which lag a
+		// flood that has just begun: until they show it, the reserve is
+		// for tenants within an even split.
+		share = ShareOf * l.Rate * weight / max(b.weights, weight)
+	}
+	r := BackstopResult{Use: use, Share: share}
+	r.WithinShare = use < share
+	floor := 0.0
+	if r.WithinShare {
+		floor = -l.Burst
+	}
+	if b.tokens-cost >= floor {
+		b.tokens -= cost
+		t.admitted.Add(now, tau, cost)
+		r.Allowed = true
+	} else {
+		wait := (cost + floor - b.tokens) / l.Rate
+		if !r.WithinShare && share > 0 {
+			// Or until its own rate has decayed into its share.
+			wait = min(wait, tau*math.Log(use/share))
+		}
+		r.RetryAfter = time.Duration(math.Ceil(max(wait, 0) * 1e9))
+	}
+	r.Tokens = b.tokens
+	return r
+}
+
+// recompute sets the fair level from every tenant's demand at now and
+// forgets the tenants whose demand has decayed to nothing.
+func (b *Backstop) recompute(now int64, l BackstopLimit) {
+	tau := l.tau()
+	ds := b.scratch[:0]
+	b.weights = 0
+	for id, t := range b.tenants {
+		d := t.demand.advance(now, tau)
+		if d < l.Rate*1e-6 {
+			delete(b.tenants, id)
+			continue
+		}
+		ds = append(ds, Demand{Use: d, Weight: t.weight})
+		b.weights += t.weight
+	}
+	b.level = Level(ShareOf*l.Rate, ds)
+	b.levelAt = now
+	b.scratch = ds[:0]
+}
+
+// Tenants reports how many tenants the backstop remembers.
+func (b *Backstop) Tenants() int { return len(b.tenants) }
+
+// Level reports the fair level λ last computed (+Inf: nobody above share).
+func (b *Backstop) Level() float64 {
+	if !b.started {
+		return math.Inf(1)
+	}
+	return b.level
+}
