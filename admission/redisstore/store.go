@@ -34,10 +34,12 @@ type Store struct {
 	batch   *batcher               // nil when batching is disabled
 	deny    *denyCache             // nil when the denial cache is disabled
 	local   *admission.MemoryStore // nil unless the policy is Local
-	now     func() time.Time
-	opts    Options
-	logs    logLimiter
-	closed  atomic.Bool
+	// backstop is the Local policy's fair global backstop.
+	backstop localBackstop
+	now      func() time.Time
+	opts     Options
+	logs     logLimiter
+	closed   atomic.Bool
 }
 
 // Options are the Store's collaborators. The zero value is usable.

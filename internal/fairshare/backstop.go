@@ -76,11 +76,11 @@ type BackstopResult struct {
 	RetryAfter time.Duration
 }
 
-// levelEvery is how often, in fractions of Window, the fair level is
+// LevelEvery is how often, in fractions of Window, the fair level is
 // recomputed from every tenant's demand; while the top of the bucket is
 // empty and nobody was above share at the last count, at every take (the
 // demands lag a sudden flood).
-const levelEvery = 50
+const LevelEvery = 50
 
 // ShareOf is the fraction of Rate divided into fair shares.
 const ShareOf = 0.9
@@ -103,7 +103,7 @@ func (b *Backstop) Take(now int64, l BackstopLimit, tenant string, weight, cost 
 	}
 	t.weight = weight
 	t.demand.Add(now, tau, cost)
-	if now-b.levelAt >= int64(l.Window)/levelEvery || now < b.levelAt || b.tokens < cost && math.IsInf(b.level, 1) {
+	if now-b.levelAt >= int64(l.Window)/LevelEvery || now < b.levelAt || b.tokens < cost && math.IsInf(b.level, 1) {
 		b.recompute(now, l)
 	}
 	use := t.admitted.At(now, tau)

@@ -1,0 +1,146 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/internal/fairshare"
+)
+
+//go:embed backstop.lua
+var backstopLua string
+
+// backstopKey is the fair global backstop's hash: the global tag, so one
+// slot on a cluster.
+const backstopKey = keyPrefix + globalTag + "}:fair"
+
+// backstopScript runs backstop.lua.
+var backstopScript = redis.NewScript(backstopLua)
+
+// localBackstop is the backstop the Local failure policy decides with: this
+// instance's share of the global rate.
+type localBackstop struct {
+	mu sync.Mutex
+	b  fairshare.Backstop // guarded by mu
+}
+
+// TakeBackstop decides one request of tenant (weight > 0) costing cost at
+// the fair global backstop l: one script call on Redis within Timeout,
+// through the breaker. While Redis cannot answer, the failure policy
+// decides: FailOpen admits, FailClosed returns an *UnavailableError, Local
+// decides on an embedded backstop of this instance's share of l.
+func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, weight, cost float64) (fairshare.BackstopResult, error) {
+	if !(weight > 0) || !validTake(limitOf(l), cost) || l.Window <= 0 {
+		return fairshare.BackstopResult{}, fmt.Errorf("%w: backstop rate %v, burst %v, window %v, weight %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, l.Window, weight, cost)
+	}
+	if s.closed.Load() {
+		return fairshare.BackstopResult{}, ErrClosed
+	}
+	done, err := s.breaker.Allow()
+	if err != nil {
+		return s.backstopFallback(l, tenant, weight, cost, ErrBreakerOpen)
+	}
+	r, _, err := s.evalBackstop(ctx, l, tenant, weight, cost)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			done(context.Canceled)
+			return fairshare.BackstopResult{}, ctxErr
+		}
+		done(err)
+		return s.backstopFallback(l, tenant, weight, cost, err)
+	}
+	done(nil)
+	return r, nil
+}
+
+// evalBackstop runs the script once and decodes its reply; nowUS is the
+// Redis clock it read.
+func (s *Store) evalBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, weight, cost float64) (r fairshare.BackstopResult, nowUS int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	windowUS := l.Window.Microseconds()
+	everyUS := (int64(l.Window)/fairshare.LevelEvery + 999) / 1000
+	v, err := backstopScript.Run(ctx, s.client, []string{backstopKey},
+		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, tenant, weight, cost).Result()
+	if err != nil {
+		return r, 0, fmt.Errorf("redisstore: backstop: %w", err)
+	}
+	return decodeBackstop(v)
+}
+
+// decodeBackstop checks the shape of backstop.lua's reply.
+func decodeBackstop(v any) (fairshare.BackstopResult, int64, error) {
+	var r fairshare.BackstopResult
+	a, ok := v.([]any)
+	if !ok || len(a) != 7 {
+		return r, 0, fmt.Errorf("%w: backstop: %T %v, want a 7-element array", errBadReply, v, v)
+	}
+	flag := func(i int) (bool, error) {
+		n, ok := a[i].(int64)
+		if !ok || n != 0 && n != 1 {
+			return false, fmt.Errorf("%w: backstop: [%d] = %T %v, want 0 or 1", errBadReply, i, a[i], a[i])
+		}
+		return n == 1, nil
+	}
+	num := func(i int) (float64, error) {
+		s, ok := a[i].(string)
+		if !ok {
+			return 0, fmt.Errorf("%w: backstop: [%d] = %T, want a string", errBadReply, i, a[i])
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(f) {
+			return 0, fmt.Errorf("%w: backstop: [%d] = %q", errBadReply, i, s)
+		}
+		return f, nil
+	}
+	var err error
+	var retry float64
+	if r.Allowed, err = flag(0); err != nil {
+		return r, 0, err
+	}
+	if r.WithinShare, err = flag(1); err != nil {
+		return r, 0, err
+	}
+	for i, p := range []*float64{&r.Use, &r.Share, &r.Tokens, &retry} {
+		if *p, err = num(2 + i); err != nil {
+			return r, 0, err
+		}
+	}
+	now, ok := a[6].(int64)
+	if !ok {
+		return r, 0, fmt.Errorf("%w: backstop: now = %T, want an integer", errBadReply, a[6])
+	}
+	r.RetryAfter = time.Duration(math.Ceil(max(retry, 0) * 1e9))
+	return r, now, nil
+}
+
+// backstopFallback decides by the failure policy because of cause.
+func (s *Store) backstopFallback(l fairshare.BackstopLimit, tenant string, weight, cost float64, cause error) (fairshare.BackstopResult, error) {
+	p := s.cfg.FailurePolicy
+	now := s.now()
+	s.policyApplied(p, cause, now)
+	switch p {
+	case FailOpen:
+		return fairshare.BackstopResult{Allowed: true, WithinShare: true, Tokens: l.Burst - cost}, nil
+	case FailClosed:
+		return fairshare.BackstopResult{}, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
+	}
+	share := localShare(limitOf(l), cost, s.cfg.Instances)
+	l.Rate, l.Burst = share.Rate, share.Burst
+	s.backstop.mu.Lock()
+	defer s.backstop.mu.Unlock()
+	return s.backstop.b.Take(now.UnixNano(), l, tenant, weight, cost), nil
+}
+
+// limitOf is l's bucket.
+func limitOf(l fairshare.BackstopLimit) admission.Limit {
+	return admission.Limit{Rate: l.Rate, Burst: l.Burst}
+}

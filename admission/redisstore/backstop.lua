@@ -1,0 +1,140 @@
+-- The fair global backstop: the same arithmetic as internal/fairshare's
+-- Backstop.Take, with time in microseconds from the Redis server's clock so
+-- that every instance shares one bucket and one view of the tenants' rates.
+--
+-- KEYS[1]  a hash. Field "g": struct.pack '<ddddd' (tokens, last refill µs,
+--          level λ or -1 for none above share, level computed at µs, sum
+--          of the weights counted then). Field "t:<tenant>": '<dddd'
+--          (demand rate, admitted rate, at µs, weight).
+-- ARGV[1]  rate, tokens per second (> 0)
+-- ARGV[2]  burst, tokens (> 0)
+-- ARGV[3]  window: the rates' time constant, µs (> 0)
+-- ARGV[4]  recompute the level at most every this many µs
+-- ARGV[5]  share of the rate divided into fair shares (0.9)
+-- ARGV[6]  tenant ID
+-- ARGV[7]  the tenant's weight (> 0)
+-- ARGV[8]  cost, tokens (> 0)
+--
+-- Reply: {allowed (1 or 0), within share (1 or 0), use, share, tokens,
+-- retry after in seconds (all "%.17g"), now (µs)}.
+--
+-- The level needs every tenant's demand: it is recomputed from the whole
+-- hash (HGETALL) at most every ARGV[4] µs, by whichever call comes first,
+-- and tenants whose demand has decayed to nothing are deleted then. The key
+-- expires after 10 windows without a call.
+
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+local every = tonumber(ARGV[4])
+local shareOf = tonumber(ARGV[5])
+local tenant = ARGV[6]
+local weight = tonumber(ARGV[7])
+local cost = tonumber(ARGV[8])
+local tau = window / 1e6
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local field = 't:' .. tenant
+local st = redis.call('HMGET', KEYS[1], 'g', field)
+local tokens, last, level, levelAt, weights = burst, now, -1, 0, 0
+if st[1] then
+  tokens, last, level, levelAt, weights = struct.unpack('<ddddd', st[1])
+end
+if now > last then
+  tokens = math.min(burst, tokens + (now - last) / 1e6 * rate)
+  last = now
+end
+
+local function decayed(v, at)
+  if now <= at then
+    return v
+  end
+  return v * math.exp(-(now - at) / 1e6 / tau)
+end
+
+local demand, admitted, at = 0, 0, now
+if st[2] then
+  demand, admitted, at = struct.unpack('<dddd', st[2])
+end
+demand = decayed(demand, at) + cost / tau
+admitted = decayed(admitted, at)
+at = math.max(at, now)
+
+if now - levelAt >= every or now < levelAt or (tokens < cost and level < 0) then
+  -- Weighted max-min level of shareOf × rate among the demands.
+  local all = redis.call('HGETALL', KEYS[1])
+  local ds = {}
+  local gone = {}
+  weights = 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f == field then
+      ds[#ds + 1] = {demand, weight}
+      weights = weights + weight
+    elseif string.sub(f, 1, 2) == 't:' then
+      local d, _, a, w = struct.unpack('<dddd', all[i + 1])
+      d = decayed(d, a)
+      if d < rate * 1e-6 then
+        gone[#gone + 1] = f
+      else
+        ds[#ds + 1] = {d, w}
+        weights = weights + w
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', KEYS[1], unpack(gone))
+  end
+  table.sort(ds, function(x, y) return x[1] / x[2] < y[1] / y[2] end)
+  local remaining, ws = shareOf * rate, weights
+  level = -1
+  for _, d in ipairs(ds) do
+    local lambda = remaining / ws
+    if d[1] / d[2] > lambda then
+      level = math.max(lambda, 0)
+      break
+    end
+    remaining = remaining - d[1]
+    ws = ws - d[2]
+  end
+  levelAt = now
+end
+
+local use = decayed(admitted, at)
+local share
+if level < 0 then
+  share = shareOf * rate * weight / math.max(weights, weight)
+else
+  share = level * weight
+end
+local within = 0
+local floor = 0
+if use < share then
+  within = 1
+  floor = -burst
+end
+
+local allowed = 0
+local retry = 0
+if tokens - cost >= floor then
+  tokens = tokens - cost
+  admitted = admitted + cost / tau
+  allowed = 1
+else
+  retry = (cost + floor - tokens) / rate
+  if within == 0 and share > 0 then
+    retry = math.min(retry, tau * math.log(use / share))
+  end
+  if retry < 0 then
+    retry = 0
+  end
+end
+
+redis.call('HSET', KEYS[1], 'g', struct.pack('<ddddd', tokens, last, level, levelAt, weights),
+  field, struct.pack('<dddd', demand, admitted, at, weight))
+redis.call('PEXPIRE', KEYS[1], math.ceil(10 * window / 1000))
+
+return {allowed, within, string.format('%.17g', use), string.format('%.17g', share),
+  string.format('%.17g', tokens), string.format('%.17g', retry), now}
