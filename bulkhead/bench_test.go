@@ -19,7 +19,7 @@ func BenchmarkSeatAcquireRelease(b *testing.B) {
 	b.Run("uncontended", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			s, err := ps.Acquire(ctx, "gold", "acme", 1)
+			s, err := ps.Acquire(ctx, "gold", Request{Tenant: "acme", Cost: 1})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -30,7 +30,7 @@ func BenchmarkSeatAcquireRelease(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				s, err := ps.Acquire(ctx, "gold", "acme", 1)
+				s, err := ps.Acquire(ctx, "gold", Request{Tenant: "acme", Cost: 1})
 				if err != nil {
 					b.Error(err)
 					return
@@ -53,7 +53,7 @@ func BenchmarkSeatAcquireRelease(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			flow := strconv.FormatInt(id.Add(1), 10)
 			for pb.Next() {
-				s, err := ps.Acquire(ctx, "gold", flow, 1)
+				s, err := ps.Acquire(ctx, "gold", Request{Tenant: flow, Cost: 1})
 				if err != nil {
 					b.Error(err)
 					return

@@ -111,15 +111,28 @@ func (q *FairQueue[T]) Push(flow string, cost int, item T) Handle {
 
 // Pop removes and returns the next item in deficit-round-robin order, or
 // reports false when the queue is empty.
-func (q *FairQueue[T]) Pop() (T, bool) {
-	for q.cur != 0 {
+func (q *FairQueue[T]) Pop() (T, bool) { return q.PopFunc(nil) }
+
+// PopFunc is Pop that serves only flows whose first item ready accepts (nil
+// accepts all): a flow whose first item is not ready keeps its place and
+// its credit, without a new quantum, until a later round finds it ready. It
+// reports false when no flow's first item is ready. With every flow ready
+// it is O(1); otherwise it looks at each flow once at most.
+func (q *FairQueue[T]) PopFunc(ready func(T) bool) (T, bool) {
+	skipped, flows := 0, len(q.byKey)
+	for q.cur != 0 && skipped < flows {
 		fi := q.cur
 		f := &q.flows[fi]
+		head := &q.nodes[f.head]
+		if ready != nil && !ready(head.item) {
+			skipped++
+			q.cur = f.next
+			continue
+		}
 		if !f.visiting {
 			f.visiting = true
 			f.deficit += q.quantum
 		}
-		head := &q.nodes[f.head]
 		if f.deficit >= head.cost {
 			f.deficit -= head.cost
 			item := head.item

@@ -3,9 +3,12 @@ package bulkhead
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/fairshare"
 )
 
 // maxFreeTokens bounds the seat tokens Pools keeps for reuse.
@@ -25,12 +28,19 @@ type Pools struct {
 	// fairness tests.
 	fifo bool
 
+	// epoch is the origin of the monotonic instants (ns) the pools'
+	// usage averages are kept at.
+	epoch time.Time
+
 	mu       sync.Mutex
 	draining bool // set by Drain: nothing queues any more
 	total    int
 	queued   int          // requests queued in all pools
 	rotor    int          // the pool that borrows first in the next dispatch
 	free     []*seatToken // tokens of released seats, for reuse
+	// executing counts each tenant's requests holding a seat, in all
+	// pools: what a tenant's concurrency cap (Request.Cap) limits.
+	executing map[string]int
 }
 
 // pool is one named pool. Its fields below cfg are guarded by Pools.mu.
@@ -48,11 +58,27 @@ type pool struct {
 	inFlight    int // its requests holding a seat, own or borrowed
 	meanHold    time.Duration
 	queue       *FairQueue[*waiter]
+
+	// users holds each tenant's use of the pool (requests holding its
+	// seats or queued for them) while it has any or its average has not
+	// decayed; level is the weighted max-min fair level of the pool's
+	// seats among their averages, recomputed at levelAt.
+	users   map[string]*poolUser
+	level   float64
+	levelAt int64
+	scratch []fairshare.Demand
+}
+
+// poolUser is one tenant's use of a pool. Guarded by Pools.mu.
+type poolUser struct {
+	use    fairshare.Occupancy
+	weight float64
 }
 
 // waiter is a request queued for a seat. Its fields are guarded by Pools.mu.
 type waiter struct {
 	ready    chan struct{} // receives once, when granted or pushed out
+	req      Request
 	handle   Handle
 	enqueued time.Time
 	granted  time.Time // zero until granted
@@ -79,6 +105,7 @@ type Seat struct {
 	gen    uint64
 	pool   *pool
 	lender *pool
+	tenant string
 	waited time.Duration
 }
 
@@ -107,9 +134,9 @@ func NewPools(cfg Config) (*Pools, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ps := &Pools{byName: make(map[string]*pool, len(cfg.Pools))}
+	ps := &Pools{byName: make(map[string]*pool, len(cfg.Pools)), epoch: time.Now(), executing: map[string]int{}}
 	for name, pc := range cfg.Pools {
-		p := &pool{set: ps, name: name, cfg: pc, queue: NewFairQueue[*waiter]()}
+		p := &pool{set: ps, name: name, cfg: pc, queue: NewFairQueue[*waiter](), users: map[string]*poolUser{}, level: math.Inf(1)}
 		ps.byName[name] = p
 		ps.order = append(ps.order, p)
 	}
@@ -225,20 +252,47 @@ func (ps *Pools) Stats(pool string) (PoolStats, bool) {
 	return st, true
 }
 
-// Acquire takes a seat in the named pool for a request of flow (the
-// tenant) weighing cost in the pool's fair queue. It takes a free seat at
-// once, its pool's own or one borrowed from an idle pool; otherwise it
-// waits in the pool's queue, where flows are served by deficit round robin,
-// until a seat is handed to it, the pool's max_wait passes
-// (ErrWaitTimeout) or ctx is done (ctx.Err(); the request leaves the queue
-// and never gets a seat). A full queue fails at once with ErrQueueFull,
-// unless the request's flow has fewer requests queued than the longest
-// flow, whose newest request it then pushes out (that one fails with
-// ErrQueueFull): one flow cannot fill the queue against the others.
+// Request is what a pool needs to know of one request.
+type Request struct {
+	// Tenant is whose request it is: its use of the pool is what fair
+	// shares weigh, and its requests holding seats are what Cap bounds.
+	Tenant string
+	// Flow is the request's flow in the pool's fair queue (a tenant's
+	// requests of one criticality). Empty means Tenant.
+	Flow string
+	// Cost weighs the request in the fair queue; below 1 counts as 1.
+	Cost int
+	// Weight is the tenant's weight in the pool's fair shares. Zero
+	// means 1.
+	Weight float64
+	// Cap is the most requests of Tenant that may hold seats at once, in
+	// all pools: a queued request of a tenant at its cap waits, and the
+	// queue serves other flows meanwhile. Requests waiting in a queue do
+	// not count. Zero means no cap.
+	Cap int
+}
+
+func (r *Request) flow() string {
+	if r.Flow == "" {
+		return r.Tenant
+	}
+	return r.Flow
+}
+
+// Acquire takes a seat in the named pool for r. It takes a free seat at
+// once, its pool's own or one borrowed from an idle pool, when the queue is
+// empty and r's tenant is under its cap; otherwise it waits in the pool's
+// queue, where flows are served by deficit round robin, until a seat is
+// handed to it, the pool's max_wait passes (ErrWaitTimeout) or ctx is done
+// (ctx.Err(); the request leaves the queue and never gets a seat). A full
+// queue fails at once with ErrQueueFull, unless the request's flow has
+// fewer requests queued than the longest flow, whose newest request it
+// then pushes out (that one fails with ErrQueueFull): one flow cannot fill
+// the queue against the others.
 //
 // A seat is one request, whatever its cost. Acquiring a free seat does not
 // allocate.
-func (ps *Pools) Acquire(ctx context.Context, pool, flow string, cost int) (Seat, error) {
+func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, error) {
 	p := ps.byName[pool]
 	if p == nil {
 		return Seat{}, fmt.Errorf("%w: %q", ErrUnknownPool, pool)
@@ -246,12 +300,16 @@ func (ps *Pools) Acquire(ctx context.Context, pool, flow string, cost int) (Seat
 	if err := ctx.Err(); err != nil {
 		return Seat{}, err
 	}
+	if r.Weight <= 0 {
+		r.Weight = 1
+	}
 	now := time.Now()
 	ps.mu.Lock()
-	if p.queue.Len() == 0 {
+	if p.queue.Len() == 0 && ps.underCapLocked(&r) {
 		if lender := ps.lenderLocked(p); lender != nil {
-			ps.takeLocked(p, lender)
-			s := ps.seatLocked(p, lender, now, 0)
+			ps.useLocked(p, &r, now, +1)
+			ps.takeLocked(p, lender, r.Tenant)
+			s := ps.seatLocked(p, lender, r.Tenant, now, 0)
 			ps.mu.Unlock()
 			return s, nil
 		}
@@ -260,15 +318,31 @@ func (ps *Pools) Acquire(ctx context.Context, pool, flow string, cost int) (Seat
 		ps.mu.Unlock()
 		return Seat{}, ErrDraining
 	}
-	if !ps.makeRoomLocked(p, flow) {
+	if !ps.makeRoomLocked(p, r.flow()) {
 		ps.mu.Unlock()
 		return Seat{}, ErrQueueFull
 	}
-	w := &waiter{ready: make(chan struct{}, 1), enqueued: now}
-	w.handle = p.queue.Push(ps.flowKey(flow), cost, w)
+	w := &waiter{ready: make(chan struct{}, 1), req: r, enqueued: now}
+	w.handle = p.queue.Push(ps.flowKey(r.flow()), r.Cost, w)
 	ps.queued++
+	ps.useLocked(p, &r, now, +1)
+	// Seats may be free while every queued request waits for its
+	// tenant's cap: this one may take one at once.
+	ps.dispatchLocked()
 	ps.mu.Unlock()
 	return ps.wait(ctx, p, w)
+}
+
+// underCapLocked reports whether r's tenant may hold one more seat.
+func (ps *Pools) underCapLocked(r *Request) bool {
+	return r.Cap <= 0 || ps.executing[r.Tenant] < r.Cap
+}
+
+// Executing reports how many requests of tenant hold seats, in all pools.
+func (ps *Pools) Executing(tenant string) int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.executing[tenant]
 }
 
 // Drain is for graceful shutdown: every request waiting in a queue fails at
@@ -279,6 +353,7 @@ func (ps *Pools) Drain() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.draining = true
+	now := time.Now()
 	for _, p := range ps.order {
 		for {
 			w, ok := p.queue.Pop()
@@ -286,6 +361,7 @@ func (ps *Pools) Drain() {
 				break
 			}
 			ps.queued--
+			ps.useLocked(p, &w.req, now, -1)
 			w.drained = true
 			w.ready <- struct{}{}
 		}
@@ -315,6 +391,7 @@ func (ps *Pools) makeRoomLocked(p *pool, flow string) bool {
 	}
 	victim, _ := p.queue.popNewest(longest)
 	ps.queued--
+	ps.useLocked(p, &victim.req, time.Now(), -1)
 	victim.evicted = true
 	victim.ready <- struct{}{}
 	return true
@@ -343,13 +420,15 @@ func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
 		if cerr := ctx.Err(); cerr != nil {
 			// Granted as the caller gave up: never served, the seat
 			// goes to the next in line.
-			ps.releaseLocked(p, w.lender)
+			ps.useLocked(p, &w.req, time.Now(), -1)
+			ps.releaseLocked(p, w.lender, w.req.Tenant)
 			return Seat{}, cerr
 		}
-		return ps.seatLocked(p, w.lender, w.granted, w.granted.Sub(w.enqueued)), nil
+		return ps.seatLocked(p, w.lender, w.req.Tenant, w.granted, w.granted.Sub(w.enqueued)), nil
 	}
 	p.queue.Remove(w.handle)
 	ps.queued--
+	ps.useLocked(p, &w.req, time.Now(), -1)
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -379,8 +458,9 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 	return best
 }
 
-// takeLocked counts a seat of lender held by a request of p.
-func (ps *Pools) takeLocked(p, lender *pool) {
+// takeLocked counts a seat of lender held by a request of p and tenant.
+func (ps *Pools) takeLocked(p, lender *pool, tenant string) {
+	ps.executing[tenant]++
 	p.inFlight++
 	lender.used++
 	if lender != p {
@@ -389,9 +469,14 @@ func (ps *Pools) takeLocked(p, lender *pool) {
 	}
 }
 
-// releaseLocked returns a seat of lender held by a request of p and hands
-// freed seats to queued requests.
-func (ps *Pools) releaseLocked(p, lender *pool) {
+// releaseLocked returns a seat of lender held by a request of p and tenant
+// and hands freed seats to queued requests.
+func (ps *Pools) releaseLocked(p, lender *pool, tenant string) {
+	if n := ps.executing[tenant]; n > 1 {
+		ps.executing[tenant] = n - 1
+	} else {
+		delete(ps.executing, tenant)
+	}
 	p.inFlight--
 	lender.used--
 	if lender != p {
@@ -411,8 +496,7 @@ func (ps *Pools) dispatchLocked() {
 	}
 	now := time.Now()
 	for _, p := range ps.order {
-		for p.queue.Len() > 0 && p.used < p.nominal {
-			ps.grantLocked(p, p, now)
+		for p.queue.Len() > 0 && p.used < p.nominal && ps.grantLocked(p, p, now) {
 		}
 	}
 	for progress := true; progress && ps.queued > 0; {
@@ -422,8 +506,7 @@ func (ps *Pools) dispatchLocked() {
 			if p.queue.Len() == 0 {
 				continue
 			}
-			if l := ps.lenderLocked(p); l != nil {
-				ps.grantLocked(p, l, now)
+			if l := ps.lenderLocked(p); l != nil && ps.grantLocked(p, l, now) {
 				progress = true
 			}
 		}
@@ -431,16 +514,24 @@ func (ps *Pools) dispatchLocked() {
 	}
 }
 
-// grantLocked hands a seat of lender to the next request in p's queue.
-func (ps *Pools) grantLocked(p, lender *pool, now time.Time) {
-	w, _ := p.queue.Pop()
+// grantLocked hands a seat of lender to the next request in p's queue
+// whose tenant is under its cap, and reports whether there was one.
+func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
+	w, ok := p.queue.PopFunc(ps.readyLocked)
+	if !ok {
+		return false
+	}
 	ps.queued--
-	ps.takeLocked(p, lender)
+	ps.takeLocked(p, lender, w.req.Tenant)
 	w.granted, w.lender = now, lender
 	w.ready <- struct{}{}
+	return true
 }
 
-func (ps *Pools) seatLocked(p, lender *pool, acquired time.Time, waited time.Duration) Seat {
+// readyLocked reports whether a queued request may take a seat now.
+func (ps *Pools) readyLocked(w *waiter) bool { return ps.underCapLocked(&w.req) }
+
+func (ps *Pools) seatLocked(p, lender *pool, tenant string, acquired time.Time, waited time.Duration) Seat {
 	var tok *seatToken
 	if n := len(ps.free); n > 0 {
 		tok = ps.free[n-1]
@@ -449,7 +540,7 @@ func (ps *Pools) seatLocked(p, lender *pool, acquired time.Time, waited time.Dur
 		tok = new(seatToken)
 	}
 	tok.acquired = acquired
-	return Seat{tok: tok, gen: tok.gen, pool: p, lender: lender, waited: waited}
+	return Seat{tok: tok, gen: tok.gen, pool: p, lender: lender, tenant: tenant, waited: waited}
 }
 
 // Release gives the seat back, handing it to the next queued request. Only
@@ -474,7 +565,8 @@ func (s Seat) Release() {
 	if len(ps.free) < maxFreeTokens {
 		ps.free = append(ps.free, s.tok)
 	}
-	ps.releaseLocked(s.pool, s.lender)
+	ps.useOfLocked(s.pool, s.tenant, now, -1)
+	ps.releaseLocked(s.pool, s.lender, s.tenant)
 }
 
 // Waited reports how long the request waited in the queue for the seat.

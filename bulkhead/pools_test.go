@@ -24,7 +24,7 @@ func onePool(t *testing.T, total int, pc PoolConfig) *Pools {
 
 func mustAcquire(t *testing.T, ps *Pools, pool, flow string) Seat {
 	t.Helper()
-	s, err := ps.Acquire(context.Background(), pool, flow, 1)
+	s, err := ps.Acquire(context.Background(), pool, Request{Tenant: flow, Cost: 1})
 	if err != nil {
 		t.Fatalf("Acquire(%s, %s): %v", pool, flow, err)
 	}
@@ -35,7 +35,7 @@ func mustAcquire(t *testing.T, ps *Pools, pool, flow string) Seat {
 func acquireAsync(ctx context.Context, ps *Pools, pool, flow string) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		s, err := ps.Acquire(ctx, pool, flow, 1)
+		s, err := ps.Acquire(ctx, pool, Request{Tenant: flow, Cost: 1})
 		ch <- result{seat: s, err: err}
 	}()
 	synctest.Wait()
@@ -90,7 +90,7 @@ func TestPoolsSeatsFollowShares(t *testing.T) {
 				tc.total, g, s, tc.gold, tc.silver, tc.goldLend, tc.goldBorrow)
 		}
 	}
-	if _, err := ps.Acquire(context.Background(), "bronze", "t", 1); !errors.Is(err, ErrUnknownPool) {
+	if _, err := ps.Acquire(context.Background(), "bronze", Request{Tenant: "t", Cost: 1}); !errors.Is(err, ErrUnknownPool) {
 		t.Errorf("Acquire on an unknown pool: %v; want ErrUnknownPool", err)
 	}
 	if _, ok := ps.Stats("bronze"); ok {
@@ -117,7 +117,7 @@ func TestPoolsReleaseExactlyOnce(t *testing.T) {
 	if st := stats(t, ps, "p"); st.InFlight != 1 {
 		t.Fatalf("stale Release freed a newer seat: InFlight = %d; want 1", st.InFlight)
 	}
-	if _, err := ps.Acquire(context.Background(), "p", "t", 1); !errors.Is(err, ErrQueueFull) {
+	if _, err := ps.Acquire(context.Background(), "p", Request{Tenant: "t", Cost: 1}); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("Acquire with no seat and no queue: %v; want ErrQueueFull", err)
 	}
 	s2.Release()
@@ -130,7 +130,7 @@ func TestPoolsWaitTimeoutAndDeadline(t *testing.T) {
 		held := mustAcquire(t, ps, "p", "t")
 
 		start := time.Now()
-		_, err := ps.Acquire(context.Background(), "p", "t", 1)
+		_, err := ps.Acquire(context.Background(), "p", Request{Tenant: "t", Cost: 1})
 		if !errors.Is(err, ErrWaitTimeout) || time.Since(start) != time.Second {
 			t.Fatalf("queued Acquire: %v after %v; want ErrWaitTimeout after max_wait 1s", err, time.Since(start))
 		}
@@ -138,11 +138,11 @@ func TestPoolsWaitTimeoutAndDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		start = time.Now()
-		_, err = ps.Acquire(ctx, "p", "t", 1)
+		_, err = ps.Acquire(ctx, "p", Request{Tenant: "t", Cost: 1})
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 300*time.Millisecond {
 			t.Fatalf("queued Acquire: %v after %v; want the context's deadline at 300ms", err, time.Since(start))
 		}
-		if _, err := ps.Acquire(ctx, "p", "t", 1); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := ps.Acquire(ctx, "p", Request{Tenant: "t", Cost: 1}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire with a done context: %v; want its error", err)
 		}
 		held.Release()
@@ -215,7 +215,7 @@ func TestPoolsQueueFullPushesOutLongestFlow(t *testing.T) {
 		for range 3 {
 			heavy = append(heavy, acquireAsync(context.Background(), ps, "p", "heavy"))
 		}
-		if _, err := ps.Acquire(context.Background(), "p", "heavy", 1); !errors.Is(err, ErrQueueFull) {
+		if _, err := ps.Acquire(context.Background(), "p", Request{Tenant: "heavy", Cost: 1}); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("heavy over a full queue: %v; want ErrQueueFull", err)
 		}
 		light := acquireAsync(context.Background(), ps, "p", "light")
@@ -308,14 +308,14 @@ func TestDrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held, err := ps.Acquire(context.Background(), "a", "t1", 1)
+		held, err := ps.Acquire(context.Background(), "a", Request{Tenant: "t1", Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		errs := make(chan error, 2)
 		for range 2 {
 			go func() {
-				_, err := ps.Acquire(context.Background(), "a", "t2", 1)
+				_, err := ps.Acquire(context.Background(), "a", Request{Tenant: "t2", Cost: 1})
 				errs <- err
 			}()
 		}
@@ -329,11 +329,11 @@ func TestDrain(t *testing.T) {
 				t.Fatalf("queued request after Drain: %v, want ErrDraining", err)
 			}
 		}
-		if _, err := ps.Acquire(context.Background(), "a", "t3", 1); !errors.Is(err, ErrDraining) {
+		if _, err := ps.Acquire(context.Background(), "a", Request{Tenant: "t3", Cost: 1}); !errors.Is(err, ErrDraining) {
 			t.Fatalf("new request with no free seat after Drain: %v", err)
 		}
 		held.Release()
-		s, err := ps.Acquire(context.Background(), "a", "t3", 1)
+		s, err := ps.Acquire(context.Background(), "a", Request{Tenant: "t3", Cost: 1})
 		if err != nil {
 			t.Fatalf("a free seat after Drain: %v", err)
 		}

@@ -75,7 +75,7 @@ func play(t *testing.T, ps *Pools, arrivals []arrival) (map[string]flowReport, [
 		end = max(end, a.at)
 		wg.Go(func() {
 			time.Sleep(a.at)
-			seat, err := ps.Acquire(context.Background(), a.pool, a.flow, 1)
+			seat, err := ps.Acquire(context.Background(), a.pool, Request{Tenant: a.flow, Cost: 1})
 			mu.Lock()
 			r := reports[a.flow]
 			r.sent++

@@ -1,0 +1,96 @@
+package bulkhead
+
+import (
+	"math"
+	"time"
+
+	"github.com/fairgate/fairgate/internal/fairshare"
+)
+
+// UsageWindow is the time constant of a tenant's use of a pool: the
+// average number of its requests holding the pool's seats or queued for
+// them over about the last second. A tenant that holds a seat now and then
+// uses a fraction of one; a flood holds several all the time.
+const UsageWindow = time.Second
+
+// usageTau is UsageWindow in seconds.
+var usageTau = UsageWindow.Seconds()
+
+// ShareState is one tenant's use of a pool against its fair share of the
+// pool's seats.
+type ShareState struct {
+	// Use is the tenant's average requests holding the pool's seats or
+	// queued for them, over about UsageWindow.
+	Use float64
+	// Share is the tenant's weighted max-min fair share of the pool's
+	// seats among the tenants using it; +Inf when their uses add up to no
+	// more than the seats.
+	Share float64
+	// Within reports Use ≤ Share: the tenant is not the reason the pool
+	// is short of seats.
+	Within bool
+}
+
+// Share reports tenant's use of the named pool against its fair share.
+// The fair level is recomputed from every tenant's use at most every
+// UsageWindow/50. Unknown pools and tenants never seen are within share.
+func (ps *Pools) Share(pool, tenant string) ShareState {
+	p := ps.byName[pool]
+	if p == nil {
+		return ShareState{Share: math.Inf(1), Within: true}
+	}
+	now := ps.nanos(time.Now())
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if now-p.levelAt >= int64(UsageWindow)/fairshare.LevelEvery || now < p.levelAt {
+		ps.recomputeLocked(p, now)
+	}
+	u := p.users[tenant]
+	if u == nil {
+		return ShareState{Share: p.level, Within: true}
+	}
+	st := ShareState{Use: u.use.At(now, usageTau), Share: p.level * u.weight}
+	st.Within = st.Use <= st.Share
+	return st
+}
+
+// recomputeLocked sets p's fair level from its users' use at now, and
+// forgets the users with nothing held or queued and a use decayed to
+// nothing. ps.mu must be held.
+func (ps *Pools) recomputeLocked(p *pool, now int64) {
+	ds := p.scratch[:0]
+	for id, u := range p.users {
+		use := u.use.At(now, usageTau)
+		if u.use.Level() == 0 && use < 1e-3 {
+			delete(p.users, id)
+			continue
+		}
+		ds = append(ds, fairshare.Demand{Use: use, Weight: u.weight})
+	}
+	p.level = fairshare.Level(float64(p.nominal+p.borrowed), ds)
+	p.levelAt = now
+	p.scratch = ds[:0]
+}
+
+// useLocked changes the count of r's tenant's requests held or queued in
+// p by delta at now. ps.mu must be held.
+func (ps *Pools) useLocked(p *pool, r *Request, now time.Time, delta int) {
+	u := p.users[r.Tenant]
+	if u == nil {
+		u = &poolUser{}
+		p.users[r.Tenant] = u
+	}
+	u.weight = r.Weight
+	u.use.Set(ps.nanos(now), usageTau, u.use.Level()+delta)
+}
+
+// useOfLocked is useLocked for a tenant whose entry exists (it holds a
+// seat). ps.mu must be held.
+func (ps *Pools) useOfLocked(p *pool, tenant string, now time.Time, delta int) {
+	if u := p.users[tenant]; u != nil {
+		u.use.Set(ps.nanos(now), usageTau, u.use.Level()+delta)
+	}
+}
+
+// nanos is t as monotonic nanoseconds since the pools were built.
+func (ps *Pools) nanos(t time.Time) int64 { return int64(t.Sub(ps.epoch)) }
