@@ -19,6 +19,9 @@ const (
 
 	// levels is the number of priority levels.
 	levels = int(MaxPriority) + 1
+	// exempt is the Shedder's level above every priority, where it counts
+	// the requests it must not reject (AdmitExempt).
+	exempt = MaxPriority + 1
 	// bandWidth is the number of levels in one criticality band, and so
 	// the number of distinct tier ranks that PriorityFor tells apart.
 	bandWidth = 100

@@ -406,3 +406,60 @@ func TestNoSheddingAfterIdle(t *testing.T) {
 		}
 	}
 }
+
+// overloadWith drives a Shedder through calibrations in which each interval
+// sees loud calls at priority 200, exempt calls, and a full queue in front
+// of an upstream that completes capacity calls an interval, and returns it.
+func overloadWith(t *testing.T, loud, exemptCalls, capacity int) *Shedder {
+	t.Helper()
+	s, err := NewShedder(SheddingConfig{CalibrationInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	var done uint64
+	for range 5 {
+		for range 10 {
+			for range loud / 10 {
+				s.Admit(200)
+			}
+			for range exemptCalls / 10 {
+				s.AdmitExempt()
+			}
+			done += uint64(capacity / 10)
+			now = now.Add(100 * time.Millisecond)
+			s.Observe(now, Pressure{Queued: 10, QueueCap: 40, Inflight: 10, Limit: 10, Completed: done})
+		}
+	}
+	return s
+}
+
+// Exempt requests (tenants within their share) are never shed, but count
+// as demand: the loud priority absorbs the whole cut.
+func TestAdmitExemptCountsButIsNeverShed(t *testing.T) {
+	s := overloadWith(t, 100, 50, 60)
+	if th := s.Threshold(); th != 200 {
+		t.Errorf("threshold %d, want 200: the cut falls on the loud level, not the exempt one", th)
+	}
+	rejected := 0
+	for range 1000 {
+		if ok, _ := s.Admit(200); !ok {
+			rejected++
+		}
+	}
+	// Admitted: the capacity (60 of 150 calls), the 50 exempt calls
+	// included, so about 10 of the 100 loud ones.
+	if rejected < 800 {
+		t.Errorf("loud level: %d of 1000 rejected, want most (exempt demand takes its part of the capacity)", rejected)
+	}
+
+	// When exempt demand alone exceeds the capacity, everything else is
+	// shed.
+	s = overloadWith(t, 100, 200, 60)
+	if th := s.Threshold(); th != exempt {
+		t.Errorf("threshold %d, want %d (every non-exempt level)", th, exempt)
+	}
+	if ok, _ := s.Admit(MaxPriority); ok {
+		t.Error("MaxPriority admitted while exempt demand alone is over capacity")
+	}
+}
