@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
@@ -26,7 +27,7 @@ import (
 type Options struct {
 	// Store keeps the tenants' and the global token buckets. Nil means a
 	// new MemoryStore.
-	Store Store
+	Store ratelimit.Store
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// Logger receives the gate's logs. Nil discards them.
@@ -55,8 +56,8 @@ type Options struct {
 // being decided.
 type Gate struct {
 	cfg       atomic.Pointer[compiled]
-	store     Store
-	unauth    *MemoryStore
+	store     ratelimit.Store
+	unauth    *ratelimit.MemoryStore
 	now       func() time.Time
 	log       *slog.Logger
 	instances int
@@ -100,13 +101,13 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Store == nil {
-		o.Store = NewMemoryStore(MemoryStoreOptions{Now: o.Now})
+		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
 	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances, deferAdaptive: o.DeferAdaptive,
-		unauth: NewMemoryStore(MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
+		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
 	if err := g.buildLayers(cfg); err != nil {
 		return nil, err
 	}
@@ -514,8 +515,8 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 	t, r := d.Tenant, d.Route
 	if r.Group != "" {
 		if q, ok := t.Groups[r.Group]; ok {
-			l := Limit{Rate: q.Rate, Burst: q.Burst}
-			res, err := g.take(ctx, BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
+			l := ratelimit.Limit{Rate: q.Rate, Burst: q.Burst}
+			res, err := g.take(ctx, ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
 			if err != nil {
 				return g.storeFailed(ctx, d, err)
 			}
@@ -530,8 +531,8 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 			}
 		}
 	}
-	l := Limit{Rate: t.Rate, Burst: t.Burst}
-	res, err := g.take(ctx, BucketKey{Tenant: t.ID}, l, r.Cost)
+	l := ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}
+	res, err := g.take(ctx, ratelimit.BucketKey{Tenant: t.ID}, l, r.Cost)
 	if err != nil {
 		return g.storeFailed(ctx, d, err)
 	}
@@ -544,7 +545,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 		return nil
 	}
 	if c.global != nil {
-		res, err := g.take(ctx, BucketKey{}, *c.global, r.Cost)
+		res, err := g.take(ctx, ratelimit.BucketKey{}, *c.global, r.Cost)
 		if err != nil {
 			return g.storeFailed(ctx, d, err)
 		}
@@ -557,7 +558,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 
 // take is the store's Take, timed for fairgate_store_take_seconds when
 // metrics are on.
-func (g *Gate) take(ctx context.Context, k BucketKey, l Limit, cost float64) (Result, error) {
+func (g *Gate) take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, error) {
 	if g.metrics == nil {
 		return g.store.Take(ctx, k, l, cost)
 	}
@@ -589,7 +590,7 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool) Decision {
 	d := Decision{Route: c.routes.unmatched}
 	ip := unauthKey(req.RemoteAddr)
-	res := g.unauth.TakeAt(g.now().UnixNano(), BucketKey{Tenant: ip, Scope: "unauthenticated"}, c.unauth, 1)
+	res := g.unauth.TakeAt(g.now().UnixNano(), ratelimit.BucketKey{Tenant: ip, Scope: "unauthenticated"}, c.unauth, 1)
 	switch {
 	case !res.Allowed:
 		g.reject(&d, LayerIdentify, http.StatusTooManyRequests, "too_many_failed_attempts", res.RetryAfter)
@@ -609,11 +610,9 @@ func (g *Gate) reject(d *Decision, l Layer, status int, reason string, retry tim
 	d.RetryAfter = retry
 }
 
-func quotaState(name string, l Limit, r Result) QuotaState {
-	return QuotaState{Name: name, Limit: l.Burst, Window: window(l), Remaining: r.Remaining, Reset: r.ResetAfter}
+func quotaState(name string, l ratelimit.Limit, r ratelimit.Result) QuotaState {
+	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter}
 }
-
-func window(l Limit) time.Duration { return secondsToDuration(l.Burst / l.Rate) }
 
 // clientIP returns the host part of a "host:port" peer address.
 // unauthKey is the key of a failed-authentication bucket: the client's
@@ -751,9 +750,9 @@ func (g *Gate) TenantState(id string) (TenantState, bool) {
 		}
 	}
 	if p, ok := g.store.(interface {
-		Tokens(BucketKey, Limit) float64
+		Tokens(ratelimit.BucketKey, ratelimit.Limit) float64
 	}); ok {
-		tok := p.Tokens(BucketKey{Tenant: t.ID}, Limit{Rate: t.Rate, Burst: t.Burst})
+		tok := p.Tokens(ratelimit.BucketKey{Tenant: t.ID}, ratelimit.Limit{Rate: t.Rate, Burst: t.Burst})
 		st.Tokens = &tok
 	}
 	return st, true
