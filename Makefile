@@ -17,9 +17,9 @@ unit:
 	FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 15m ./...
 
 # Each fuzz target briefly (seconds). Run one longer with e.g.
-#   go test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime 10m ./admission
+#   go test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime 10m ./admission/ratelimit
 fuzz-short:
-	$(GO) test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime $(FUZZTIME) ./admission
+	$(GO) test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime $(FUZZTIME) ./admission/ratelimit
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitHeaders$$' -fuzztime $(FUZZTIME) ./admission
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./admission/gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractKey$$' -fuzztime $(FUZZTIME) ./tenant

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
@@ -60,8 +61,8 @@ func (c *Config) Validate() error {
 type compiled struct {
 	reg    *tenant.Registry
 	routes routeTable
-	global *Limit
-	unauth Limit
+	global *ratelimit.Limit
+	unauth ratelimit.Limit
 	// flows holds each tenant's fair-queue flow names, one per
 	// criticality ("acme/critical", …), built once so the hot path does
 	// not concatenate strings.
@@ -120,7 +121,7 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		if err := checkQuota("global", *c.Global); err != nil {
 			errs = append(errs, err)
 		} else {
-			out.global = &Limit{Rate: c.Global.Rate, Burst: c.Global.Burst}
+			out.global = &ratelimit.Limit{Rate: c.Global.Rate, Burst: c.Global.Burst}
 			for i, r := range out.routes.routes {
 				if r.Cost > c.Global.Burst {
 					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above global.burst (%v): such a request could never pass", i, r.Cost, c.Global.Burst))
@@ -135,7 +136,7 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 			errs = append(errs, err)
 		}
 	}
-	out.unauth = Limit{Rate: u.Rate, Burst: u.Burst}
+	out.unauth = ratelimit.Limit{Rate: u.Rate, Burst: u.Burst}
 	if reg != nil {
 		out.flows = make(map[*tenant.Tenant]*[3]string, len(reg.Tenants()))
 		for _, t := range reg.Tenants() {

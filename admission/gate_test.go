@@ -2,8 +2,6 @@ package admission
 
 import (
 	"context"
-	"github.com/fairgate/fairgate/bulkhead"
-	"github.com/fairgate/fairgate/internal/fakeclock"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairgate/fairgate/bulkhead"
+	"github.com/fairgate/fairgate/internal/fakeclock"
 	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
 )

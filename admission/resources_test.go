@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/fakeclock"
 	"github.com/fairgate/fairgate/internal/memstat"
 	"github.com/fairgate/fairgate/tenant"
@@ -76,9 +77,9 @@ func TestManyTenantsMemoryPlateaus(t *testing.T) {
 	// after the first window, every fifth and the last, relative to the
 	// heap before the first (a measurement is two full collections, which
 	// the race detector makes slow).
-	stream := func(t *testing.T, sweep time.Duration, windows int) (store *MemoryStore, peak int, growth []int64) {
+	stream := func(t *testing.T, sweep time.Duration, windows int) (store *ratelimit.MemoryStore, peak int, growth []int64) {
 		clk := fakeclock.New()
-		store = NewMemoryStore(MemoryStoreOptions{Now: clk.Now, SweepInterval: sweep})
+		store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now, SweepInterval: sweep})
 		g, err := New(route, reg, Options{Store: store, Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/admission/redisstore"
 )
 
@@ -138,10 +139,10 @@ func startFront(ctx context.Context, m Mode, env frontEnv) (server, error) {
 		return serve(proxy)
 	case Global:
 		rate := env.scenario.globalRate()
-		lim := admission.Limit{Rate: rate, Burst: math.Max(1, rate*env.scenario.GlobalBurst)}
+		lim := ratelimit.Limit{Rate: rate, Burst: math.Max(1, rate*env.scenario.GlobalBurst)}
 		return serve(limited(proxy, lim, http.StatusServiceUnavailable, "global", func(*http.Request) string { return "all" }))
 	case IP:
-		lim := admission.Limit{Rate: env.scenario.IPRate, Burst: env.scenario.IPBurst}
+		lim := ratelimit.Limit{Rate: env.scenario.IPRate, Burst: env.scenario.IPBurst}
 		return serve(limited(proxy, lim, http.StatusTooManyRequests, "ip", func(r *http.Request) string {
 			host, _, _ := net.SplitHostPort(r.RemoteAddr)
 			return host
@@ -179,14 +180,14 @@ func startFront(ctx context.Context, m Mode, env frontEnv) (server, error) {
 // limited puts a token bucket per key(r) in front of next, each request
 // costing one token. A rejection follows fairgate's client contract
 // (Retry-After and the JSON body) so clients treat all modes alike.
-func limited(next http.Handler, lim admission.Limit, status int, layer string, key func(*http.Request) string) http.Handler {
-	store := admission.NewMemoryStore(admission.MemoryStoreOptions{})
+func limited(next http.Handler, lim ratelimit.Limit, status int, layer string, key func(*http.Request) string) http.Handler {
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})
 	errWord := "rate_limited"
 	if status == http.StatusServiceUnavailable {
 		errWord = "overloaded"
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, _ := store.Take(r.Context(), admission.BucketKey{Tenant: layer, Scope: key(r)}, lim, 1) // the memory store never fails
+		res, _ := store.Take(r.Context(), ratelimit.BucketKey{Tenant: layer, Scope: key(r)}, lim, 1) // the memory store never fails
 		if !res.Allowed {
 			secs := max(int64(math.Ceil(res.RetryAfter.Seconds())), 1)
 			admission.WriteError(w, status, &admission.Rejection{Error: errWord, Layer: layer, Reason: layer + "_limit",

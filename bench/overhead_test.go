@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/demoapi"
 )
 
 // BenchmarkProxyOverhead sends the same request straight to an upstream
@@ -21,10 +23,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc.Upstream = UpstreamConfig{Connections: 1024, Jitter: -1, ServiceTime: map[string]time.Duration{"/": time.Nanosecond}}
+	sc.Upstream = demoapi.Config{Connections: 1024, Jitter: -1, ServiceTime: map[string]time.Duration{"/": time.Nanosecond}}
 	for _, m := range []Mode{Direct, None, Fairgate} {
 		b.Run(m.String(), func(b *testing.B) {
-			up, err := serve(NewUpstream(sc.Upstream))
+			up, err := serve(demoapi.New(sc.Upstream))
 			if err != nil {
 				b.Fatal(err)
 			}

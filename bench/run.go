@@ -12,6 +12,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/shed"
 )
 
@@ -173,7 +174,7 @@ func runOnce(ctx context.Context, sc *Scenario, m Mode, label string, dur time.D
 	if err := ctx.Err(); err != nil {
 		return run{}, err
 	}
-	up, err := serve(NewUpstream(sc.Upstream))
+	up, err := serve(demoapi.New(sc.Upstream))
 	if err != nil {
 		return run{}, err
 	}

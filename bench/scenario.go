@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
 )
@@ -121,7 +122,7 @@ func (tl *TenantLoad) peakRate() float64 {
 type Scenario struct {
 	Name        string
 	Description string
-	Upstream    UpstreamConfig
+	Upstream    demoapi.Config
 	Tenants     []TenantLoad
 	// GlobalBurst scales the global mode's bucket: burst = rate ×
 	// GlobalBurst seconds. Its rate is computed (globalRate).
@@ -146,14 +147,14 @@ type Scenario struct {
 // peak, 90% of it for headroom. That is the best a global request-count
 // limit can be tuned, knowing the traffic in advance.
 func (s *Scenario) globalRate() float64 {
-	up := NewUpstream(s.Upstream)
+	up := demoapi.New(s.Upstream)
 	var reqs, work float64
 	for _, tl := range s.Tenants {
 		var wsum, wd float64
 		for _, c := range tl.Calls {
 			wsum += c.Weight
 			path, q, _ := strings.Cut(c.Path, "?")
-			wd += c.Weight * up.meanServiceTime(path, strings.TrimPrefix(q, "rows=")).Seconds()
+			wd += c.Weight * up.MeanServiceTime(path, strings.TrimPrefix(q, "rows=")).Seconds()
 		}
 		r := tl.peakRate()
 		reqs += r
@@ -162,7 +163,7 @@ func (s *Scenario) globalRate() float64 {
 	if work == 0 {
 		return 1
 	}
-	return 0.9 * float64(up.cfg.Connections) * reqs / work
+	return 0.9 * float64(up.Connections()) * reqs / work
 }
 
 // innocentOnly returns s with only its innocent tenants: the quiet
@@ -262,7 +263,7 @@ func ScenarioNames() []string { return slices.Clone(scenarioNames) }
 
 // Lookup returns the named scenario.
 func Lookup(name string) (Scenario, error) {
-	up := UpstreamConfig{Connections: 8}
+	up := demoapi.Config{Connections: 8}
 	base := Scenario{Name: name, Upstream: up, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20, GlobalTokens: 400}
 	switch name {
 	case "noisy-neighbour":
@@ -326,7 +327,7 @@ func Lookup(name string) (Scenario, error) {
 		// machine the proxies' CPU, not the upstream, is what differs.
 		return Scenario{Name: name, Baseline: Direct, DefaultModes: []Mode{None, Fairgate}, unlimited: true,
 			Description: "One tenant sends GET /api/v1/users/me (exactly 5 ms of one of 2 connections) at half the upstream's capacity, 200 requests/s, Poisson: the baseline goes straight to the upstream, each mode through its proxy. The difference is the proxy's added latency.",
-			Upstream:    UpstreamConfig{Connections: 2, Jitter: -1},
+			Upstream:    demoapi.Config{Connections: 2, Jitter: -1},
 			Tenants: []TenantLoad{{ID: "acme", Tier: "enterprise", Key: "bench-acme-key", Role: Innocent, Rate: 200,
 				Calls: []Call{weighted(usersMe, 1)}, Users: 100, IPs: 10, Timeout: 2 * time.Second}},
 			GlobalBurst: 0.5, IPRate: 1000, IPBurst: 1000}, nil

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/admission/redisstore"
 	"github.com/fairgate/fairgate/tenant"
 )
@@ -32,7 +33,7 @@ type Options struct {
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
 	// Store keeps the token buckets. Nil means the embedded memory store.
-	Store admission.Store
+	Store ratelimit.Store
 	// Transport reaches the upstream. Nil means a transport built from the
 	// config's upstream timeout.
 	Transport http.RoundTripper
@@ -54,7 +55,7 @@ type Options struct {
 type Server struct {
 	log     *slog.Logger
 	gate    *admission.Gate
-	store   admission.Store
+	store   ratelimit.Store
 	edge    *echo.Echo
 	admin   *http.ServeMux
 	cfg     atomic.Pointer[Config]
@@ -107,7 +108,7 @@ func New(cfg Config, o Options) (*Server, error) {
 		closers = append(closers, store.Close, client.Close)
 	}
 	if o.Store == nil {
-		o.Store = admission.NewMemoryStore(admission.MemoryStoreOptions{Now: o.Now})
+		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
 	reg, err := tenant.NewRegistry(cfg.Tenants)
 	if err != nil {

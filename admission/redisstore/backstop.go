@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/fairshare"
 )
 
@@ -141,6 +141,6 @@ func (s *Store) backstopFallback(l fairshare.BackstopLimit, tenant string, weigh
 }
 
 // limitOf is l's bucket.
-func limitOf(l fairshare.BackstopLimit) admission.Limit {
-	return admission.Limit{Rate: l.Rate, Burst: l.Burst}
+func limitOf(l fairshare.BackstopLimit) ratelimit.Limit {
+	return ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/fairshare"
 	"github.com/fairgate/fairgate/internal/redistest"
 )
@@ -88,7 +88,7 @@ func TestBackstopSharedByInstances(t *testing.T) {
 	}
 
 	firstCome := func(st *Store, tenant string) (bool, error) {
-		r, err := st.Take(context.Background(), admission.BucketKey{Scope: "first-come"}, limitOf(l), 1)
+		r, err := st.Take(context.Background(), ratelimit.BucketKey{Scope: "first-come"}, limitOf(l), 1)
 		return r.Allowed, err
 	}
 	if _, light, refused, _ := squeeze(t, stores, firstCome); refused == 0 {

@@ -5,13 +5,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 // call is one decision on its way to Redis.
 type call struct {
 	key      string
-	l        admission.Limit
+	l        ratelimit.Limit
 	cost     float64
 	deadline time.Time // the call's own: when it started plus Timeout, or sooner
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
@@ -50,15 +50,15 @@ func BenchmarkDecisions(b *testing.B) {
 		take func(ctx context.Context, i int) error
 	}{
 		{"batched", func(ctx context.Context, i int) error {
-			_, err := batched.Take(ctx, admission.BucketKey{Tenant: tenants[i%len(tenants)]}, bigLimit, 1)
+			_, err := batched.Take(ctx, ratelimit.BucketKey{Tenant: tenants[i%len(tenants)]}, bigLimit, 1)
 			return err
 		}},
 		{"batched-5ms", func(ctx context.Context, i int) error {
-			_, err := batched5ms.Take(ctx, admission.BucketKey{Tenant: tenants[i%len(tenants)]}, bigLimit, 1)
+			_, err := batched5ms.Take(ctx, ratelimit.BucketKey{Tenant: tenants[i%len(tenants)]}, bigLimit, 1)
 			return err
 		}},
 		{"unbatched", func(ctx context.Context, i int) error {
-			_, err := unbatched.Take(ctx, admission.BucketKey{Tenant: tenants[i%len(tenants)]}, bigLimit, 1)
+			_, err := unbatched.Take(ctx, ratelimit.BucketKey{Tenant: tenants[i%len(tenants)]}, bigLimit, 1)
 			return err
 		}},
 		{"redis_rate", func(ctx context.Context, i int) error {

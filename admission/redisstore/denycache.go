@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 // denyCache remembers denials: a take of cost from bucket k denied with
@@ -31,8 +31,8 @@ type denyShard struct {
 // denyKey includes the limit, so a reload that changes a tenant's quota
 // never finds a denial decided under the old one: the next take asks Redis.
 type denyKey struct {
-	k    admission.BucketKey
-	l    admission.Limit
+	k    ratelimit.BucketKey
+	l    ratelimit.Limit
 	cost float64
 }
 
@@ -50,7 +50,7 @@ func newDenyCache(size int) *denyCache {
 	return c
 }
 
-func (c *denyCache) shard(k admission.BucketKey) *denyShard {
+func (c *denyCache) shard(k ratelimit.BucketKey) *denyShard {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	h.WriteString(k.Tenant)
@@ -60,7 +60,7 @@ func (c *denyCache) shard(k admission.BucketKey) *denyShard {
 }
 
 // get returns the cached denial of (k, cost) at now, if one holds.
-func (c *denyCache) get(k admission.BucketKey, l admission.Limit, cost float64, now time.Time) (admission.Result, bool) {
+func (c *denyCache) get(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, now time.Time) (ratelimit.Result, bool) {
 	t := now.UnixNano()
 	sh := c.shard(k)
 	sh.mu.Lock()
@@ -71,9 +71,9 @@ func (c *denyCache) get(k admission.BucketKey, l admission.Limit, cost float64, 
 	}
 	sh.mu.Unlock()
 	if !ok {
-		return admission.Result{}, false
+		return ratelimit.Result{}, false
 	}
-	return admission.Result{
+	return ratelimit.Result{
 		Remaining:  e.remaining,
 		RetryAfter: time.Duration(e.until - t),
 		ResetAfter: time.Duration(max(0, e.resetAt-t)),
@@ -81,7 +81,7 @@ func (c *denyCache) get(k admission.BucketKey, l admission.Limit, cost float64, 
 }
 
 // put records the denial r of (k, cost) decided at now.
-func (c *denyCache) put(k admission.BucketKey, l admission.Limit, cost float64, r admission.Result, now time.Time) {
+func (c *denyCache) put(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, r ratelimit.Result, now time.Time) {
 	if r.Allowed || r.RetryAfter <= 0 {
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/faultproxy"
 	"github.com/fairgate/fairgate/internal/redistest"
 )
@@ -30,7 +30,7 @@ func TestFaultProxy(t *testing.T) {
 		c.Timeout = timeout
 		c.Breaker.OpenFor = 100 * time.Millisecond
 	}, Options{})
-	k := admission.BucketKey{Tenant: "faulty"}
+	k := ratelimit.BucketKey{Tenant: "faulty"}
 	ctx := context.Background()
 	untilFromRedis(t, s, k) // pass-through works (polled: a cold call may miss 20 ms under -race)
 	for _, f := range []faultproxy.Fault{
@@ -77,7 +77,7 @@ func TestFaultProxy(t *testing.T) {
 
 // untilFromRedis polls until a decision comes from Redis (the breaker
 // closed again), failing after 5 s.
-func untilFromRedis(t *testing.T, s *Store, k admission.BucketKey) {
+func untilFromRedis(t *testing.T, s *Store, k ratelimit.BucketKey) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -101,14 +101,14 @@ func TestBackwardClockTTL(t *testing.T) {
 	// (under -race a 5 ms call can miss and fall to the policy).
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.DenyCacheSize = -1; c.Timeout = time.Second }, Options{})
 	ctx := context.Background()
-	k := admission.BucketKey{Tenant: "skewed"}
+	k := ratelimit.BucketKey{Tenant: "skewed"}
 	key := bucketKey(k)
 	// Empty bucket whose last instant is 2 s in Redis's future.
 	if _, err := s.client.Eval(ctx, "local t=redis.call('TIME'); local now=tonumber(t[1])*1000000+tonumber(t[2]); "+
 		"redis.call('SET', KEYS[1], struct.pack('<dd', 0, now+2000000)); return 1", []string{key}).Result(); err != nil {
 		t.Fatal(err)
 	}
-	l := admission.Limit{Rate: 1, Burst: 2}
+	l := ratelimit.Limit{Rate: 1, Burst: 2}
 	before, _ := s.client.Get(ctx, key).Bytes()
 	if r, out, err := s.Decide(ctx, k, l, 1); err != nil || r.Allowed {
 		t.Fatalf("take from an empty bucket: %+v %+v %v (state before: %x)", r, out, err, before)
@@ -130,7 +130,7 @@ func TestScriptErrorDoesNotOpenBreaker(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second }, Options{})
 	ctx := context.Background()
-	k := admission.BucketKey{Tenant: "wrongtype"}
+	k := ratelimit.BucketKey{Tenant: "wrongtype"}
 	// A key of the wrong type: every script call on it errors (WRONGTYPE).
 	if err := s.client.LPush(ctx, bucketKey(k), "x").Err(); err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestScriptErrorDoesNotOpenBreaker(t *testing.T) {
 	if st := s.BreakerState(); st != BreakerClosed {
 		t.Fatalf("breaker %v after script errors on one key", st)
 	}
-	if _, out, err := s.Decide(ctx, admission.BucketKey{Tenant: "innocent"}, bigLimit, 1); err != nil || out.Source != FromRedis {
+	if _, out, err := s.Decide(ctx, ratelimit.BucketKey{Tenant: "innocent"}, bigLimit, 1); err != nil || out.Source != FromRedis {
 		t.Fatalf("another tenant after one key's errors: %+v %v", out, err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
@@ -111,4 +111,4 @@ func checkGoroutines(t *testing.T, base int) {
 	}
 }
 
-var bigLimit = admission.Limit{Rate: 1e9, Burst: 1e9}
+var bigLimit = ratelimit.Limit{Rate: 1e9, Burst: 1e9}

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 //go:embed take.lua
@@ -34,7 +34,7 @@ const maxPlainScope = 64
 // as is when it is at most 64 of [A-Za-z0-9._/-], and otherwise as '#' and
 // 128 bits of its SHA-256 in hex. '#' is outside the plain alphabet, so the
 // two forms cannot collide, and no scope can make a key long.
-func bucketKey(k admission.BucketKey) string {
+func bucketKey(k ratelimit.BucketKey) string {
 	tag := globalTag
 	if k.Tenant != "" {
 		tag = hash128(k.Tenant)
@@ -101,8 +101,8 @@ func decodeReply(v any) (reply, error) {
 
 // result derives the Result from the script's reply exactly as
 // admission's bucket.take does from the same tokens.
-func (r reply) result(l admission.Limit, cost float64) admission.Result {
-	res := admission.Result{Allowed: r.allowed, Remaining: r.tokens}
+func (r reply) result(l ratelimit.Limit, cost float64) ratelimit.Result {
+	res := ratelimit.Result{Allowed: r.allowed, Remaining: r.tokens}
 	if !r.allowed {
 		res.RetryAfter = secondsToDuration((cost - r.tokens) / l.Rate)
 	}
@@ -120,7 +120,7 @@ func secondsToDuration(s float64) time.Duration {
 }
 
 // validTake reports whether l and cost are positive finite numbers.
-func validTake(l admission.Limit, cost float64) bool {
+func validTake(l ratelimit.Limit, cost float64) bool {
 	ok := func(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
 	return ok(l.Rate) && ok(l.Burst) && ok(cost)
 }

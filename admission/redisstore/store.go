@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
-// Store is the shared admission.Store: token buckets in Redis, decided by one
+// Store is the shared ratelimit.Store: token buckets in Redis, decided by one
 // Lua script per take with Redis's clock, so every instance sharing the
 // Redis (single node, Sentinel or Cluster) enforces one quota between them.
 //
@@ -33,7 +33,7 @@ type Store struct {
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
 	batch   *batcher               // nil when batching is disabled
 	deny    *denyCache             // nil when the denial cache is disabled
-	local   *admission.MemoryStore // nil unless the policy is Local
+	local   *ratelimit.MemoryStore // nil unless the policy is Local
 	// backstop is the Local policy's fair global backstop.
 	backstop localBackstop
 	now      func() time.Time
@@ -144,7 +144,7 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		s.deny = newDenyCache(cfg.DenyCacheSize)
 	}
 	if cfg.FailurePolicy == Local {
-		s.local = admission.NewMemoryStore(admission.MemoryStoreOptions{Now: o.Now})
+		s.local = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
 	// Best effort, bounded: load the script now so the first decisions do
 	// not pay NOSCRIPT and EVAL on top of the dial within their deadline
@@ -156,11 +156,11 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 	return s, nil
 }
 
-// Take implements admission.Store. Under FailClosed, a take Redis cannot
+// Take implements ratelimit.Store. Under FailClosed, a take Redis cannot
 // answer returns an error matching ErrUnavailable; under the other policies
 // Redis trouble is never an error. Decide also says how the take was
 // decided.
-func (s *Store) Take(ctx context.Context, k admission.BucketKey, l admission.Limit, cost float64) (admission.Result, error) {
+func (s *Store) Take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, error) {
 	r, _, err := s.Decide(ctx, k, l, cost)
 	return r, err
 }
@@ -168,12 +168,12 @@ func (s *Store) Take(ctx context.Context, k admission.BucketKey, l admission.Lim
 // Decide is Take that also returns how the decision was made. The error is
 // ErrInvalidTake, ErrClosed, ctx.Err() (returned as is when the caller's
 // context ends first), or an *UnavailableError under FailClosed.
-func (s *Store) Decide(ctx context.Context, k admission.BucketKey, l admission.Limit, cost float64) (admission.Result, Outcome, error) {
+func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, Outcome, error) {
 	if !validTake(l, cost) {
-		return admission.Result{}, Outcome{}, fmt.Errorf("%w: rate %v, burst %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, cost)
+		return ratelimit.Result{}, Outcome{}, fmt.Errorf("%w: rate %v, burst %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, cost)
 	}
 	if s.closed.Load() {
-		return admission.Result{}, Outcome{}, ErrClosed
+		return ratelimit.Result{}, Outcome{}, ErrClosed
 	}
 	if s.deny != nil {
 		if r, ok := s.deny.get(k, l, cost, s.now()); ok {
@@ -192,7 +192,7 @@ func (s *Store) Decide(ctx context.Context, k admission.BucketKey, l admission.L
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			done(context.Canceled) // excluded: the caller gave up
-			return admission.Result{}, Outcome{}, ctxErr
+			return ratelimit.Result{}, Outcome{}, ctxErr
 		}
 		done(err)
 		return s.fallback(k, l, cost, err)
@@ -208,7 +208,7 @@ func (s *Store) Decide(ctx context.Context, k admission.BucketKey, l admission.L
 // eval runs the script for one take, batched or alone, within Timeout.
 // A batched take's deadline ignores ctx's (one caller's short deadline must
 // not fail the pipeline it shares); ctx still ends its wait in the queue.
-func (s *Store) eval(ctx context.Context, key string, l admission.Limit, cost float64) (reply, error) {
+func (s *Store) eval(ctx context.Context, key string, l ratelimit.Limit, cost float64) (reply, error) {
 	if s.batch == nil {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
@@ -313,16 +313,16 @@ func (e *sharedFailure) Error() string { return e.err.Error() }
 func (e *sharedFailure) Unwrap() error { return e.err }
 
 // fallback decides by the failure policy because of cause.
-func (s *Store) fallback(k admission.BucketKey, l admission.Limit, cost float64, cause error) (admission.Result, Outcome, error) {
+func (s *Store) fallback(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, cause error) (ratelimit.Result, Outcome, error) {
 	p := s.cfg.FailurePolicy
 	now := s.now()
 	s.policyApplied(p, cause, now)
 	out := Outcome{Source: FromPolicy, Policy: p, Cause: cause}
 	switch p {
 	case FailOpen:
-		return admission.Result{Allowed: true, Remaining: max(0, l.Burst-cost)}, out, nil
+		return ratelimit.Result{Allowed: true, Remaining: max(0, l.Burst-cost)}, out, nil
 	case FailClosed:
-		return admission.Result{}, out, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
+		return ratelimit.Result{}, out, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
 	default:
 		return s.local.TakeAt(now.UnixNano(), k, localShare(l, cost, s.cfg.Instances), cost), out, nil
 	}
@@ -332,11 +332,11 @@ func (s *Store) fallback(k admission.BucketKey, l admission.Limit, cost float64,
 // burst divided by n, but the burst never below the cost when l's own burst
 // admits it, so a request the shared bucket could admit is never refused
 // forever by every instance.
-func localShare(l admission.Limit, cost float64, n int) admission.Limit {
+func localShare(l ratelimit.Limit, cost float64, n int) ratelimit.Limit {
 	if n <= 1 {
 		return l
 	}
-	share := admission.Limit{Rate: l.Rate / float64(n), Burst: l.Burst / float64(n)}
+	share := ratelimit.Limit{Rate: l.Rate / float64(n), Burst: l.Burst / float64(n)}
 	if share.Burst < cost && cost <= l.Burst {
 		share.Burst = cost
 	}
@@ -395,7 +395,7 @@ func (l *logLimiter) allow(now int64) (int64, bool) {
 	return l.count.Swap(0), true
 }
 
-var _ admission.Store = (*Store)(nil)
+var _ ratelimit.Store = (*Store)(nil)
 
 // isScriptError reports whether err is an error reply Redis gave about the
 // script or its arguments, rather than about its own health (loading,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
@@ -23,12 +23,12 @@ import (
 func TestMatchesReference(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Batch.Disabled = true; c.Timeout = time.Second }, Options{})
-	ref := admission.NewMemoryStore(admission.MemoryStoreOptions{})
+	ref := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})
 	ctx := context.Background()
-	limits := []admission.Limit{{Rate: 2000, Burst: 10}, {Rate: 0.5, Burst: 3}, {Rate: 333.3, Burst: 7.5}}
+	limits := []ratelimit.Limit{{Rate: 2000, Burst: 10}, {Rate: 0.5, Burst: 3}, {Rate: 333.3, Burst: 7.5}}
 	costs := []float64{1, 2.5, 4, 0.3, 11}
 	for li, l := range limits {
-		k := admission.BucketKey{Tenant: fmt.Sprintf("ref-%d", li), Scope: "s"}
+		k := ratelimit.BucketKey{Tenant: fmt.Sprintf("ref-%d", li), Scope: "s"}
 		denied := 0
 		for i := range 60 {
 			cost := costs[i%len(costs)]
@@ -53,7 +53,7 @@ func TestMatchesReference(t *testing.T) {
 
 // admitAll drives takes of cost 1 on bucket k from workers goroutines
 // spread over stores until d has passed, and returns how many were admitted.
-func admitAll(t *testing.T, stores []admission.Store, k admission.BucketKey, l admission.Limit, workers int, d time.Duration) (admitted int64, elapsed time.Duration) {
+func admitAll(t *testing.T, stores []ratelimit.Store, k ratelimit.BucketKey, l ratelimit.Limit, workers int, d time.Duration) (admitted int64, elapsed time.Duration) {
 	t.Helper()
 	var n atomic.Int64
 	var wg sync.WaitGroup
@@ -82,12 +82,12 @@ func admitAll(t *testing.T, stores []admission.Store, k admission.BucketKey, l a
 // admit about three.
 func TestSharedLimit(t *testing.T) {
 	srv := redistest.StartServer(t)
-	l := admission.Limit{Rate: 20, Burst: 50}
-	k := admission.BucketKey{Tenant: "shared"}
+	l := ratelimit.Limit{Rate: 20, Burst: 50}
+	k := ratelimit.BucketKey{Tenant: "shared"}
 	// FailClosed: a decision Redis did not make is an error, not a local
 	// admission that would blur the count.
 	edit := func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed }
-	var stores []admission.Store
+	var stores []ratelimit.Store
 	for range 3 {
 		stores = append(stores, newTestStore(t, []string{srv.Addr()}, edit, Options{}))
 	}
@@ -97,9 +97,9 @@ func TestSharedLimit(t *testing.T) {
 		t.Errorf("shared: admitted %d in %v, want in [%v, %.1f]", admitted, elapsed, l.Burst, ceiling)
 	}
 
-	var local []admission.Store
+	var local []ratelimit.Store
 	for range 3 {
-		local = append(local, admission.NewMemoryStore(admission.MemoryStoreOptions{}))
+		local = append(local, ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{}))
 	}
 	admitted, elapsed = admitAll(t, local, k, l, 24, 100*time.Millisecond)
 	if ceiling := l.Burst + l.Rate*elapsed.Seconds() + 1; float64(admitted) <= ceiling {
@@ -111,7 +111,7 @@ func TestSharedLimit(t *testing.T) {
 // over slots and two scopes each; no take may fail (a CROSSSLOT would).
 func TestClusterSharedLimit(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	l := admission.Limit{Rate: 10, Burst: 20}
+	l := ratelimit.Limit{Rate: 10, Burst: 20}
 	edit := func(c *Config) { c.Timeout = time.Second }
 	var stores []*Store
 	for range 3 {
@@ -127,7 +127,7 @@ func TestClusterSharedLimit(t *testing.T) {
 			for i := 0; time.Since(start) < 300*time.Millisecond; i++ {
 				tn := (w + i) % tenants
 				sc := i % 2
-				k := admission.BucketKey{Tenant: fmt.Sprintf("tenant-%d}{", tn), Scope: []string{"", "export"}[sc]}
+				k := ratelimit.BucketKey{Tenant: fmt.Sprintf("tenant-%d}{", tn), Scope: []string{"", "export"}[sc]}
 				r, out, err := st.Decide(context.Background(), k, l, 1)
 				if err != nil || out.Source == FromPolicy {
 					t.Errorf("Decide(%v): %+v, %v", k, out, err)
@@ -157,8 +157,8 @@ func TestClusterSharedLimit(t *testing.T) {
 	}
 	// Every scope of a hostile tenant hashes to the tenant's slot.
 	for _, tn := range hostileTenants {
-		want, _ := cl.Servers[0].Do("CLUSTER", "KEYSLOT", bucketKey(admission.BucketKey{Tenant: tn}))
-		got, _ := cl.Servers[0].Do("CLUSTER", "KEYSLOT", bucketKey(admission.BucketKey{Tenant: tn, Scope: "{x}:y"}))
+		want, _ := cl.Servers[0].Do("CLUSTER", "KEYSLOT", bucketKey(ratelimit.BucketKey{Tenant: tn}))
+		got, _ := cl.Servers[0].Do("CLUSTER", "KEYSLOT", bucketKey(ratelimit.BucketKey{Tenant: tn, Scope: "{x}:y"}))
 		if got != want || got == "" {
 			t.Errorf("tenant %.20q: slots %q and %q differ", tn, want, got)
 		}
@@ -174,8 +174,8 @@ func TestClockSkew(t *testing.T) {
 	edit := func(c *Config) { c.Timeout = time.Second }
 	a := newTestStore(t, []string{srv.Addr()}, edit, Options{Now: ahead})
 	b := newTestStore(t, []string{srv.Addr()}, edit, Options{Now: behind})
-	l := admission.Limit{Rate: 1, Burst: 5}
-	k := admission.BucketKey{Tenant: "skew"}
+	l := ratelimit.Limit{Rate: 1, Burst: 5}
+	k := ratelimit.BucketKey{Tenant: "skew"}
 	var got []bool
 	for i := range 8 {
 		st := a
@@ -207,7 +207,7 @@ func TestScriptFlush(t *testing.T) {
 			if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
 				t.Fatal(err)
 			}
-			_, out, err := s.Decide(context.Background(), admission.BucketKey{Tenant: "flush"}, bigLimit, 1)
+			_, out, err := s.Decide(context.Background(), ratelimit.BucketKey{Tenant: "flush"}, bigLimit, 1)
 			if err != nil || out.Source != FromRedis {
 				t.Errorf("batched=%v take %d after SCRIPT FLUSH: %+v, %v; want a Redis decision", batched, i, out, err)
 			}
@@ -220,8 +220,8 @@ func TestScriptFlush(t *testing.T) {
 func TestDenialCache(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second }, Options{})
-	l := admission.Limit{Rate: 0.5, Burst: 5}
-	k := admission.BucketKey{Tenant: "noisy", Scope: "export"}
+	l := ratelimit.Limit{Rate: 0.5, Burst: 5}
+	k := ratelimit.BucketKey{Tenant: "noisy", Scope: "export"}
 	before := scriptCalls(t, srv)
 	var allowed, cached int
 	for range 10_000 {
@@ -255,12 +255,12 @@ func TestBatching(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second; c.Batch.MaxInFlight = 2 }, Options{})
 	// Load the script first: the first take meets NOSCRIPT.
-	if _, err := s.Take(context.Background(), admission.BucketKey{Tenant: "warm"}, bigLimit, 1); err != nil {
+	if _, err := s.Take(context.Background(), ratelimit.BucketKey{Tenant: "warm"}, bigLimit, 1); err != nil {
 		t.Fatal(err)
 	}
 	h := &pipelineCounter{}
 	s.client.AddHook(h)
-	if _, err := s.Take(context.Background(), admission.BucketKey{Tenant: "one"}, bigLimit, 1); err != nil {
+	if _, err := s.Take(context.Background(), ratelimit.BucketKey{Tenant: "one"}, bigLimit, 1); err != nil {
 		t.Fatal(err)
 	}
 	if h.pipelines.Load() != 1 || h.pipelined.Load() != 1 {
@@ -270,7 +270,7 @@ func TestBatching(t *testing.T) {
 	for w := range 64 {
 		wg.Go(func() {
 			for i := range 200 {
-				k := admission.BucketKey{Tenant: fmt.Sprint(w), Scope: fmt.Sprint(i % 3)}
+				k := ratelimit.BucketKey{Tenant: fmt.Sprint(w), Scope: fmt.Sprint(i % 3)}
 				if _, out, err := s.Decide(context.Background(), k, bigLimit, 1); err != nil || out.Source != FromRedis {
 					t.Errorf("Decide: %+v, %v", out, err)
 					return
@@ -323,7 +323,7 @@ func TestKillRestart(t *testing.T) {
 			for w := range 16 {
 				wg.Go(func() {
 					for i := 0; !stop.Load(); i++ {
-						k := admission.BucketKey{Tenant: fmt.Sprint(w % 4), Scope: fmt.Sprint(i % 5)}
+						k := ratelimit.BucketKey{Tenant: fmt.Sprint(w % 4), Scope: fmt.Sprint(i % 5)}
 						start := time.Now()
 						_, out, err := s.Decide(context.Background(), k, bigLimit, 1)
 						d := time.Since(start)
@@ -386,7 +386,7 @@ func TestStalledRedis(t *testing.T) {
 			c.Batch.Disabled = !batched
 			c.FailurePolicy = FailClosed
 		}, Options{})
-		k := admission.BucketKey{Tenant: "paused"}
+		k := ratelimit.BucketKey{Tenant: "paused"}
 		// Warm up (bounded): under -race a cold first call can miss the
 		// 5 ms deadline this test is about.
 		for deadline := time.Now().Add(5 * time.Second); ; {
@@ -432,7 +432,7 @@ func TestFailOpenAndClosed(t *testing.T) {
 		var n atomic.Int64
 		s := newTestStore(t, []string{addr}, func(c *Config) { c.FailurePolicy = p }, Options{OnPolicy: func(FailurePolicy, error) { n.Add(1) }})
 		for i := range 20 {
-			r, out, err := s.Decide(context.Background(), admission.BucketKey{Tenant: "x"}, bigLimit, 1)
+			r, out, err := s.Decide(context.Background(), ratelimit.BucketKey{Tenant: "x"}, bigLimit, 1)
 			if out.Source != FromPolicy || out.Policy != p {
 				t.Fatalf("%v take %d: outcome %+v", p, i, out)
 			}
@@ -455,11 +455,11 @@ func TestFailOpenAndClosed(t *testing.T) {
 func TestInvalidTakeAndClose(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, []string{srv.Addr()}, nil, Options{})
-	k := admission.BucketKey{Tenant: "x"}
+	k := ratelimit.BucketKey{Tenant: "x"}
 	for _, c := range []struct {
-		l    admission.Limit
+		l    ratelimit.Limit
 		cost float64
-	}{{bigLimit, 0}, {bigLimit, -1}, {admission.Limit{Rate: 0, Burst: 1}, 1}, {admission.Limit{Rate: 1, Burst: 1}, nan()}} {
+	}{{bigLimit, 0}, {bigLimit, -1}, {ratelimit.Limit{Rate: 0, Burst: 1}, 1}, {ratelimit.Limit{Rate: 1, Burst: 1}, nan()}} {
 		if _, err := s.Take(context.Background(), k, c.l, c.cost); !errors.Is(err, ErrInvalidTake) {
 			t.Errorf("Take(%v, %v) = %v, want ErrInvalidTake", c.l, c.cost, err)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 func TestConfigYAML(t *testing.T) {
@@ -97,16 +97,16 @@ var hostileTenants = []string{
 
 func TestBucketKeyTagAndCollisions(t *testing.T) {
 	scopes := []string{"", "export", "a}", "{b}", ":", "x\ny", strings.Repeat("s", 64), strings.Repeat("s", 65), "#", "*"}
-	seen := map[string]admission.BucketKey{}
+	seen := map[string]ratelimit.BucketKey{}
 	for _, tn := range hostileTenants {
 		for _, sc := range scopes {
-			k := admission.BucketKey{Tenant: tn, Scope: sc}
+			k := ratelimit.BucketKey{Tenant: tn, Scope: sc}
 			key := bucketKey(k)
 			if prev, dup := seen[key]; dup {
 				t.Fatalf("bucketKey(%.40q) = bucketKey(%.40q) = %q", k, prev, key)
 			}
 			seen[key] = k
-			if got, want := hashTag(key), bucketKey(admission.BucketKey{Tenant: tn}); "fg:{"+got+"}:" != want {
+			if got, want := hashTag(key), bucketKey(ratelimit.BucketKey{Tenant: tn}); "fg:{"+got+"}:" != want {
 				t.Errorf("tag of %.40q = %q; want the tenant's own tag (%q)", key, got, want)
 			}
 			if len(key) > len("fg:{}:")+32+maxPlainScope {
@@ -122,7 +122,7 @@ func FuzzBucketKey(f *testing.F) {
 	f.Add("a}", "b", "a", "}b")
 	f.Add("", "x", "g", "x")
 	f.Fuzz(func(t *testing.T, t1, s1, t2, s2 string) {
-		k1, k2 := admission.BucketKey{Tenant: t1, Scope: s1}, admission.BucketKey{Tenant: t2, Scope: s2}
+		k1, k2 := ratelimit.BucketKey{Tenant: t1, Scope: s1}, ratelimit.BucketKey{Tenant: t2, Scope: s2}
 		a, b := bucketKey(k1), bucketKey(k2)
 		if (a == b) != (k1 == k2) {
 			t.Fatalf("bucketKey(%q) = %q, bucketKey(%q) = %q", k1, a, k2, b)
@@ -165,15 +165,15 @@ func TestDecodeReplyRejectsBadShapes(t *testing.T) {
 func TestDenyCacheBoundedAndExpires(t *testing.T) {
 	c := newDenyCache(64)
 	now := time.Unix(1000, 0)
-	deny := admission.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second, Remaining: 0.5}
-	lim := admission.Limit{Rate: 5, Burst: 25}
+	deny := ratelimit.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second, Remaining: 0.5}
+	lim := ratelimit.Limit{Rate: 5, Burst: 25}
 	for i := range 1000 {
-		c.put(admission.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, lim, 1, deny, now)
+		c.put(ratelimit.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, lim, 1, deny, now)
 	}
 	if n := c.len(); n > 64 {
 		t.Errorf("len = %d, want <= 64", n)
 	}
-	k := admission.BucketKey{Tenant: "t"}
+	k := ratelimit.BucketKey{Tenant: "t"}
 	c.put(k, lim, 1, deny, now)
 	r, ok := c.get(k, lim, 1, now.Add(400*time.Millisecond))
 	if !ok || r.Allowed || r.RetryAfter != 600*time.Millisecond || r.ResetAfter != 1600*time.Millisecond {
@@ -182,7 +182,7 @@ func TestDenyCacheBoundedAndExpires(t *testing.T) {
 	if _, ok := c.get(k, lim, 2, now); ok {
 		t.Error("get with another cost hit")
 	}
-	if _, ok := c.get(k, admission.Limit{Rate: lim.Rate * 2, Burst: lim.Burst}, 1, now); ok {
+	if _, ok := c.get(k, ratelimit.Limit{Rate: lim.Rate * 2, Burst: lim.Burst}, 1, now); ok {
 		t.Fatal("a denial decided under the old limit answered for a new one (reload)")
 	}
 	if _, ok := c.get(k, lim, 1, now.Add(time.Second)); ok {
@@ -191,8 +191,8 @@ func TestDenyCacheBoundedAndExpires(t *testing.T) {
 }
 
 func TestLocalShare(t *testing.T) {
-	l := admission.Limit{Rate: 30, Burst: 12}
-	if got := localShare(l, 1, 3); got != (admission.Limit{Rate: 10, Burst: 4}) {
+	l := ratelimit.Limit{Rate: 30, Burst: 12}
+	if got := localShare(l, 1, 3); got != (ratelimit.Limit{Rate: 10, Burst: 4}) {
 		t.Errorf("share of %v/3 = %v", l, got)
 	}
 	if got := localShare(l, 6, 3); got.Burst != 6 {

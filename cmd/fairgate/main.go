@@ -28,8 +28,8 @@ import (
 
 	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/admission/redisstore"
-	"github.com/fairgate/fairgate/bench"
 	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/internal/tracelog"
 	"github.com/fairgate/fairgate/tenant"
 )
@@ -221,7 +221,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	up := &http.Server{Handler: bench.NewUpstream(bench.UpstreamConfig{Connections: 16}), ReadHeaderTimeout: 5 * time.Second}
+	up := &http.Server{Handler: demoapi.New(demoapi.Config{Connections: 16}), ReadHeaderTimeout: 5 * time.Second}
 	go up.Serve(uln)
 	defer up.Close()
 	cfg.Upstream = "http://" + uln.Addr().String()
@@ -260,7 +260,7 @@ func demoUpstream(ctx context.Context, args []string, stdout, _ io.Writer) error
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: bench.NewUpstream(bench.UpstreamConfig{Connections: *conns}), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: demoapi.New(demoapi.Config{Connections: *conns}), ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintf(stdout, "demo API (%d connections) on http://%s\n", *conns, ln.Addr())
 	go func() {
 		<-ctx.Done()

@@ -1,4 +1,8 @@
-package bench
+// Package demoapi is a synthetic multi-tenant API with a real capacity
+// limit, the upstream of `fairgate demo` and of the overload benchmarks.
+// It lives apart from bench so that the demo does not link the benchmark's
+// plotting and reporting code.
+package demoapi
 
 import (
 	"context"
@@ -12,8 +16,8 @@ import (
 	"time"
 )
 
-// UpstreamConfig is the capacity model of the synthetic upstream.
-type UpstreamConfig struct {
+// Config is the capacity model of the demo API.
+type Config struct {
 	// Connections is the size of the simulated database pool: at most this
 	// many requests are served at once, the rest wait. Default 16.
 	Connections int
@@ -31,8 +35,8 @@ type UpstreamConfig struct {
 	Jitter float64
 }
 
-// DemoServiceTimes are the service times of the demo API's routes.
-func DemoServiceTimes() map[string]time.Duration {
+// ServiceTimes are the service times of the demo API's routes.
+func ServiceTimes() map[string]time.Duration {
 	return map[string]time.Duration{
 		"/api/v1/users/me":       5 * time.Millisecond,
 		"/api/v1/search":         20 * time.Millisecond,
@@ -40,25 +44,25 @@ func DemoServiceTimes() map[string]time.Duration {
 	}
 }
 
-// Upstream is a synthetic API with a real capacity limit: requests queue
+// API is a synthetic API with a real capacity limit: requests queue
 // for one of a fixed number of connections, then hold it for their service
 // time. Overload therefore produces queueing and timeouts, as in
 // production.
-type Upstream struct {
-	cfg     UpstreamConfig
+type API struct {
+	cfg     Config
 	conns   chan struct{}
 	waiting atomic.Int64
 	served  atomic.Int64
 	seen    atomic.Int64
 }
 
-// NewUpstream returns an Upstream with cfg's zero fields defaulted.
-func NewUpstream(cfg UpstreamConfig) *Upstream {
+// New returns an API with cfg's zero fields defaulted.
+func New(cfg Config) *API {
 	if cfg.Connections <= 0 {
 		cfg.Connections = 16
 	}
 	if cfg.ServiceTime == nil {
-		cfg.ServiceTime = DemoServiceTimes()
+		cfg.ServiceTime = ServiceTimes()
 	}
 	if cfg.DefaultServiceTime <= 0 {
 		cfg.DefaultServiceTime = 5 * time.Millisecond
@@ -66,19 +70,19 @@ func NewUpstream(cfg UpstreamConfig) *Upstream {
 	if cfg.Jitter == 0 {
 		cfg.Jitter = 0.3
 	}
-	return &Upstream{cfg: cfg, conns: make(chan struct{}, cfg.Connections)}
+	return &API{cfg: cfg, conns: make(chan struct{}, cfg.Connections)}
 }
 
-// UpstreamStats are the upstream's counters.
-type UpstreamStats struct {
+// Stats are the API's counters.
+type Stats struct {
 	// Seen counts requests received, Served those that got a connection
 	// and finished; Waiting and InUse are gauges.
 	Seen, Served, Waiting, InUse int64
 }
 
-// Stats returns the upstream's counters.
-func (u *Upstream) Stats() UpstreamStats {
-	return UpstreamStats{Seen: u.seen.Load(), Served: u.served.Load(), Waiting: u.waiting.Load(), InUse: int64(len(u.conns))}
+// Stats returns the API's counters.
+func (u *API) Stats() Stats {
+	return Stats{Seen: u.seen.Load(), Served: u.served.Load(), Waiting: u.waiting.Load(), InUse: int64(len(u.conns))}
 }
 
 // ServeHTTP serves one request: wait for a connection, hold it for the
@@ -88,7 +92,7 @@ func (u *Upstream) Stats() UpstreamStats {
 // 10⁶): an un-paginated export of 10 000 rows holds its connection ten
 // times longer than the default page of 1000, for the same route and so
 // the same cost in tokens.
-func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (u *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.seen.Add(1)
 	ctx := r.Context()
 	start := time.Now()
@@ -119,17 +123,20 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serviceTime draws one request's service time.
-func (u *Upstream) serviceTime(path, rows string) time.Duration {
-	d := u.meanServiceTime(path, rows)
+func (u *API) serviceTime(path, rows string) time.Duration {
+	d := u.MeanServiceTime(path, rows)
 	if s := u.cfg.Jitter; s > 0 {
 		d = time.Duration(float64(d) * math.Exp(s*rand.NormFloat64()-s*s/2))
 	}
 	return d
 }
 
-// meanServiceTime is the mean service time of path with the rows query
+// Connections is the size of the simulated connection pool.
+func (u *API) Connections() int { return u.cfg.Connections }
+
+// MeanServiceTime is the mean service time of path with the rows query
 // parameter: the longest matching prefix's, scaled by rows/1000.
-func (u *Upstream) meanServiceTime(path, rows string) time.Duration {
+func (u *API) MeanServiceTime(path, rows string) time.Duration {
 	mean := u.cfg.DefaultServiceTime
 	best := 0
 	for prefix, d := range u.cfg.ServiceTime {

@@ -1,4 +1,4 @@
-package admission
+package ratelimit
 
 import (
 	"context"
@@ -13,6 +13,10 @@ type Limit struct {
 	// Burst is the bucket's capacity in tokens. Must be > 0.
 	Burst float64
 }
+
+// Window returns the time l takes to refill a bucket from empty
+// (Burst/Rate), rounded up to the nanosecond.
+func (l Limit) Window() time.Duration { return secondsToDuration(l.Burst / l.Rate) }
 
 // BucketKey names one token bucket. Stores turn it into their own key; the
 // Redis store hashes or escapes both fields, so any bytes are safe here.

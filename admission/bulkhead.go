@@ -1,0 +1,65 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/fairgate/fairgate/bulkhead"
+)
+
+// admitBulkhead runs the bulkhead layer: a seat in the request's pool,
+// waiting in the pool's fair queue when none is free. In a pool's fair
+// queue a flow is a tenant's requests of one criticality, so a tenant's
+// critical reads are not stuck behind its own queued exports. Without
+// pools it does nothing. The error is the context's, when the client went
+// away while queued.
+func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) error {
+	if g.pools == nil {
+		return nil
+	}
+	t, r, pool := d.Tenant, d.Route, d.pool()
+	sp := g.layerSpan(ctx, SpanBulkhead)
+	defer sp.end(d, LayerBulkhead)
+	flow := t.ID
+	if f := c.flows[t]; f != nil && int(r.Criticality) < len(f) {
+		flow = f[r.Criticality]
+	}
+	seat, err := g.pools.Acquire(ctx, pool, bulkhead.Request{Tenant: t.ID, Flow: flow, Cost: int(r.Cost)})
+	if sp.on() {
+		sp.s.SetAttributes(attrPool.String(pool), attrQueueWait.Float64(float64(seat.Waited())/1e6), attrBorrowed.Bool(err == nil && seat.Borrowed()))
+	}
+	switch {
+	case err == nil:
+		d.held.seat = seat
+		if g.metrics != nil {
+			g.metrics.queueWait.WithLabelValues(pool).Observe(seat.Waited().Seconds())
+		}
+	case errors.Is(err, bulkhead.ErrQueueFull):
+		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "queue_full", g.retryHint(pool))
+	case errors.Is(err, bulkhead.ErrWaitTimeout):
+		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
+	case errors.Is(err, context.DeadlineExceeded):
+		// The request's own deadline ended its wait: the client is
+		// still there (an embedding handler set the deadline), so it
+		// gets the bulkhead's answer, not a silent 499.
+		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
+	case errors.Is(err, bulkhead.ErrDraining):
+		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "draining", time.Second)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		return err
+	}
+	return nil
+}
+
+// retryHint is the Retry-After of a bulkhead rejection: the pool's own
+// estimate of when a seat frees up.
+func (g *Gate) retryHint(pool string) time.Duration {
+	if st, ok := g.pools.Stats(pool); ok && st.RetryAfter > 0 {
+		return st.RetryAfter
+	}
+	return time.Second
+}

@@ -1,0 +1,97 @@
+package admission
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	"github.com/fairgate/fairgate/shed"
+)
+
+// Header names the gate sets. Clients' own copies of them (and anything
+// else that looks like a tenant or rate-limit header) are deleted before the
+// pipeline runs, so neither fairgate nor the upstream ever trusts them.
+const (
+	HeaderRequestID  = "X-Request-Id"
+	HeaderTenantID   = "X-Tenant-Id"
+	HeaderTenantTier = "X-Tenant-Tier"
+	HeaderPriority   = "X-Fairgate-Priority"
+)
+
+// trustedPriority returns the X-Fairgate-Priority of a request from a
+// network in trusted_priority_from, when it is a whole number in 0–499.
+func (g *Gate) trustedPriority(r *http.Request) (shed.Priority, bool) {
+	trusted := g.cfg.Load().trusted
+	if len(trusted) == 0 {
+		return 0, false
+	}
+	v := r.Header.Get(HeaderPriority)
+	if v == "" {
+		return 0, false
+	}
+	addr, err := netip.ParseAddr(clientIP(r.RemoteAddr))
+	if err != nil {
+		return 0, false
+	}
+	addr = addr.Unmap()
+	for _, p := range trusted {
+		if p.Contains(addr) {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < int(shed.MinPriority) || n > int(shed.MaxPriority) {
+				return 0, false
+			}
+			return shed.Priority(n), true
+		}
+	}
+	return 0, false
+}
+
+// stripClientHeaders deletes every header a client might use to pass itself
+// off as a tenant, fake a quota or raise its own priority.
+func stripClientHeaders(h http.Header) {
+	for k := range h {
+		// Compare with '_' read as '-': CGI-style upstreams (WSGI, Rack,
+		// PHP) map X_Tenant_Id and X-Tenant-Id to the same variable.
+		if hasPrefixFoldUnderscore(k, "X-Tenant-") || hasPrefixFoldUnderscore(k, "Ratelimit") ||
+			hasPrefixFoldUnderscore(k, "X-Ratelimit") || hasPrefixFoldUnderscore(k, HeaderPriority) && len(k) == len(HeaderPriority) {
+			delete(h, k)
+		}
+	}
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// hasPrefixFoldUnderscore is a case-insensitive HasPrefix in which '_' in s
+// matches '-' in prefix.
+func hasPrefixFoldUnderscore(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		c, p := lower(s[i]), lower(prefix[i])
+		if c == '_' {
+			c = '-'
+		}
+		if c != p {
+			return false
+		}
+	}
+	return true
+}
+
+func NewRequestID() string {
+	var b [16]byte
+	const hexd = "0123456789abcdef"
+	a, c := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		b[i] = hexd[(a>>(4*i))&0xf]
+		b[8+i] = hexd[(c>>(4*i))&0xf]
+	}
+	return string(b[:])
+}

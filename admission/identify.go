@@ -1,0 +1,75 @@
+package admission
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
+	"github.com/fairgate/fairgate/shed"
+	"github.com/fairgate/fairgate/tenant"
+)
+
+// identify runs the identify layer: the tenant comes from the API key
+// alone. A request without a known key is rejected (401), or 429 once its
+// address has failed too often, and is classified as unmatched.
+func (g *Gate) identify(ctx context.Context, c *compiled, req Request, d *Decision) {
+	sp := g.layerSpan(ctx, SpanIdentify)
+	defer sp.end(d, LayerIdentify)
+	key, ok := tenant.ExtractKey(req.Header)
+	var t *tenant.Tenant
+	if ok {
+		t, ok = c.reg.Lookup(key)
+	}
+	if !ok {
+		g.rejectUnauthenticated(c, req, key != "", d)
+		if sp.on() {
+			sp.s.SetAttributes(attrAuth.String(d.Reason))
+		}
+		return
+	}
+	d.Tenant = t
+	d.Priority = shed.PriorityFor(t.Rank, d.Route.Criticality)
+	if req.HasPriority {
+		d.Priority = req.Priority
+	}
+	if sp.on() {
+		sp.s.SetAttributes(attrAuth.String("ok"), AttrTenantID.String(t.ID), AttrTenantTier.String(t.Tier))
+	}
+}
+
+func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool, d *Decision) {
+	d.Route = c.routes.unmatched
+	ip := unauthKey(req.RemoteAddr)
+	res := g.unauth.TakeAt(g.now().UnixNano(), ratelimit.BucketKey{Tenant: ip, Scope: "unauthenticated"}, c.unauth, 1)
+	switch {
+	case !res.Allowed:
+		g.reject(d, LayerIdentify, http.StatusTooManyRequests, "too_many_failed_attempts", res.RetryAfter)
+	case presented:
+		g.reject(d, LayerIdentify, http.StatusUnauthorized, "unknown_key", 0)
+	default:
+		g.reject(d, LayerIdentify, http.StatusUnauthorized, "missing_key", 0)
+	}
+}
+
+// unauthKey is the key of a failed-authentication bucket: the client's
+// IPv4 address, or its IPv6 /64 (one host usually has a whole /64 to rotate
+// through).
+func unauthKey(remote string) string {
+	ip := clientIP(remote)
+	a, err := netip.ParseAddr(ip)
+	if err != nil || a.Unmap().Is4() {
+		return ip
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}
+
+// clientIP returns the host part of a "host:port" peer address.
+func clientIP(addr string) string {
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 && !strings.HasSuffix(addr, "]") {
+		addr = addr[:i]
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]")
+}

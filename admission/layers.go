@@ -1,0 +1,67 @@
+package admission
+
+import (
+	"github.com/fairgate/fairgate/bulkhead"
+	"github.com/fairgate/fairgate/shed"
+)
+
+// buildLayers builds the bulkhead pools, the adaptive limiter and the
+// shedders from a config compile has checked.
+func (g *Gate) buildLayers(cfg Config) error {
+	if cfg.Bulkhead != nil {
+		pools, err := bulkhead.NewPools(*cfg.Bulkhead)
+		if err != nil {
+			return err
+		}
+		g.pools = pools
+	}
+	if cfg.Adaptive != nil {
+		var opts []shed.LimiterOption
+		if g.pools != nil {
+			opts = append(opts, shed.OnLimitChange(g.pools.SetTotal))
+		}
+		l, err := shed.NewLimiter(*cfg.Adaptive, opts...)
+		if err != nil {
+			return err
+		}
+		g.limiter = l
+		if g.pools != nil {
+			g.pools.SetTotal(l.Limit())
+		}
+	}
+	sc := shed.SheddingConfig{}
+	if cfg.Shedding != nil {
+		sc = *cfg.Shedding
+	}
+	if sc.Disabled || g.pools == nil && g.limiter == nil {
+		return nil
+	}
+	newShed := func(queueCap int) (*poolShed, error) {
+		s, err := shed.NewShedder(sc)
+		if err != nil {
+			return nil, err
+		}
+		every := sc.CalibrationInterval
+		if every == 0 {
+			every = shed.DefaultCalibrationInterval
+		}
+		return &poolShed{shedder: s, queueCap: queueCap, every: int64(every / 20)}, nil
+	}
+	g.shedders = map[string]*poolShed{}
+	if g.pools == nil {
+		ps, err := newShed(0)
+		if err != nil {
+			return err
+		}
+		g.shedders[""] = ps
+		return nil
+	}
+	for name, pc := range cfg.Bulkhead.Pools {
+		ps, err := newShed(pc.QueueLength)
+		if err != nil {
+			return err
+		}
+		g.shedders[name] = ps
+	}
+	return nil
+}

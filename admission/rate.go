@@ -1,0 +1,116 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
+)
+
+// rate runs the rate layer (see takeBuckets) in its span. The error is a
+// cancelled context only: a store that fails closed is a 503 decision.
+func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
+	sp := g.layerSpan(ctx, SpanRate)
+	err := g.takeBuckets(ctx, c, d)
+	if sp.on() {
+		q := &d.Quotas[0]
+		sp.s.SetAttributes(attrCost.Float64(d.Route.Cost), attrRemaining.Float64(q.Remaining), attrLimit.Float64(q.Limit))
+		if d.Layer == LayerRate {
+			sp.s.SetAttributes(attrBucket.String(d.Reason))
+			if d.Reason == "store_unavailable" {
+				sp.s.SetAttributes(attrPolicy.String("fail_closed"))
+			}
+		}
+	}
+	sp.end(d, LayerRate)
+	return err
+}
+
+// takeBuckets takes the route's cost from the route group's bucket, the
+// tenant's bucket, then the global backstop. Tokens taken by an earlier
+// bucket are not given back when a later one says no: a refund would make
+// a rejected request free, so a client retrying into an overload would pay
+// nothing and the rate layer would stop bounding what reaches the later
+// layers. The narrowest bucket goes first so that it is the one that
+// usually says no.
+func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error {
+	t, r := d.Tenant, d.Route
+	if r.Group != "" {
+		if q, ok := t.Groups[r.Group]; ok {
+			l := ratelimit.Limit{Rate: q.Rate, Burst: q.Burst}
+			res, err := g.take(ctx, ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
+			if err != nil {
+				return g.storeFailed(ctx, d, err)
+			}
+			d.Quotas[1] = quotaState(r.Group, l, res)
+			d.NQuotas = 2
+			if !res.Allowed {
+				g.reject(d, LayerRate, http.StatusTooManyRequests, "group_quota", res.RetryAfter)
+				// Report the bucket that decided; the tenant's own was
+				// not consulted, so its state is unknown here.
+				d.Quotas[0], d.Quotas[1], d.NQuotas = d.Quotas[1], QuotaState{}, 1
+				return nil
+			}
+		}
+	}
+	l := ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}
+	res, err := g.take(ctx, ratelimit.BucketKey{Tenant: t.ID}, l, r.Cost)
+	if err != nil {
+		return g.storeFailed(ctx, d, err)
+	}
+	d.Quotas[0] = quotaState("tenant", l, res)
+	if d.NQuotas == 0 {
+		d.NQuotas = 1
+	}
+	if !res.Allowed {
+		g.reject(d, LayerRate, http.StatusTooManyRequests, "tenant_quota", res.RetryAfter)
+		return nil
+	}
+	if c.global != nil {
+		res, err := g.take(ctx, ratelimit.BucketKey{}, *c.global, r.Cost)
+		if err != nil {
+			return g.storeFailed(ctx, d, err)
+		}
+		if !res.Allowed {
+			g.reject(d, LayerRate, http.StatusServiceUnavailable, "global_backstop", res.RetryAfter)
+		}
+	}
+	return nil
+}
+
+// take is the store's Take, timed for fairgate_store_take_seconds when
+// metrics are on.
+func (g *Gate) take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, error) {
+	if g.metrics == nil {
+		return g.store.Take(ctx, k, l, cost)
+	}
+	start := time.Now()
+	res, err := g.store.Take(ctx, k, l, cost)
+	g.metrics.storeTake.Observe(time.Since(start).Seconds())
+	return res, err
+}
+
+// storeFailed applies the rate layer's failure rule: a context cancelled by
+// the caller is returned as it is; any other store error means the store's
+// own failure policy chose to fail closed, so the request gets a 503.
+func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	retry := time.Second
+	var h interface{ RetryAfterHint() time.Duration }
+	if errors.As(err, &h) && h.RetryAfterHint() > 0 {
+		retry = h.RetryAfterHint()
+	}
+	g.reject(d, LayerRate, http.StatusServiceUnavailable, "store_unavailable", retry)
+	if g.metrics != nil {
+		g.metrics.storeErrs.WithLabelValues("fail_closed").Inc()
+	}
+	return nil
+}
+
+func quotaState(name string, l ratelimit.Limit, r ratelimit.Result) QuotaState {
+	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter}
+}

@@ -1,0 +1,108 @@
+package admission
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// writeRateLimitHeaders sets the IETF draft's RateLimit-Policy and
+// RateLimit structured fields and the widely deployed RateLimit-Limit,
+// -Remaining and -Reset (for the bucket with the fewest tokens left).
+func writeRateLimitHeaders(h http.Header, d *Decision) {
+	if d.NQuotas == 0 {
+		return
+	}
+	// All five values are written into one buffer, made one string and
+	// sliced: two allocations instead of a dozen.
+	var arr [256]byte
+	b := arr[:0]
+	var ends [5]int
+	low := 0
+	for i := range d.NQuotas {
+		q := &d.Quotas[i]
+		if q.Name == "" {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = AppendPolicy(b, q)
+		if q.Remaining < d.Quotas[low].Remaining {
+			low = i
+		}
+	}
+	ends[0] = len(b)
+	first := true
+	for i := range d.NQuotas {
+		q := &d.Quotas[i]
+		if q.Name == "" {
+			continue
+		}
+		if !first {
+			b = append(b, ", "...)
+		}
+		first = false
+		b = AppendState(b, q)
+	}
+	ends[1] = len(b)
+	q := &d.Quotas[low]
+	b = strconv.AppendInt(b, int64(q.Limit), 10)
+	ends[2] = len(b)
+	b = strconv.AppendInt(b, int64(q.Remaining), 10)
+	ends[3] = len(b)
+	b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+	ends[4] = len(b)
+	all := string(b)
+	vals := make([]string, 5)
+	start := 0
+	for i, end := range ends {
+		vals[i] = all[start:end]
+		start = end
+	}
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
+	h["Ratelimit-Limit"] = vals[2:3:3]
+	h["Ratelimit-Remaining"] = vals[3:4:4]
+	h["Ratelimit-Reset"] = vals[4:5:5]
+}
+
+// AppendPolicy appends q as an item of the RateLimit-Policy field:
+// "name";q=LIMIT;w=WINDOW, the window in whole seconds (at least 1).
+func AppendPolicy(b []byte, q *QuotaState) []byte {
+	b = appendSFString(b, q.Name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, int64(q.Limit), 10)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, ceilSeconds(q.Window, 1), 10)
+}
+
+// AppendState appends q as an item of the RateLimit field:
+// "name";r=REMAINING;t=RESET, remaining rounded down, reset in whole seconds
+// rounded up.
+func AppendState(b []byte, q *QuotaState) []byte {
+	b = appendSFString(b, q.Name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, int64(q.Remaining), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+}
+
+// appendSFString appends s as an RFC 8941 sf-string: in double quotes, with
+// '"' and '\\' escaped by a backslash and any byte outside printable ASCII
+// replaced by '?' (the syntax allows nothing else, and a header must never
+// carry CR, LF or NUL).
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
