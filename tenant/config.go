@@ -37,7 +37,23 @@ type TierConfig struct {
 	// Groups gives the tier a quota per route group: a route with a group
 	// is charged to the tenant's bucket and to its bucket for that group.
 	Groups map[string]Quota `yaml:"groups"`
+	// Weight is each of the tier's tenants' weight in the shared layers'
+	// fair shares (the global backstop, a pool's seats): an active tenant's
+	// share is the layer's capacity × its weight ÷ the sum of the active
+	// tenants' weights, what light tenants leave going to the heavy ones.
+	// Zero means 1: every tenant alike, whatever its tier (a tier's rate is
+	// its quota; the weight is how an overload is split).
+	Weight float64 `yaml:"weight"`
+	// CriticalReservePercent lets a tenant's critical requests hold up to
+	// this percentage more than MaxConcurrent (rounded up, at least one
+	// when above zero), so its own default and sheddable work cannot lock
+	// out its critical reads. Nil means 25; 0 turns the reserve off.
+	CriticalReservePercent *int `yaml:"critical_reserve_percent"`
 }
+
+// DefaultCriticalReservePercent is the critical reserve above a tier's
+// max_concurrent when the tier sets none.
+const DefaultCriticalReservePercent = 25
 
 // Quota is a rate in tokens per second and a burst in tokens.
 type Quota struct {
@@ -60,6 +76,8 @@ type TenantConfig struct {
 	Rate          *float64 `yaml:"rate,omitempty"`
 	Burst         *float64 `yaml:"burst,omitempty"`
 	MaxConcurrent *int     `yaml:"max_concurrent,omitempty"`
+	// Weight overrides the tier's weight in fair shares.
+	Weight *float64 `yaml:"weight,omitempty"`
 }
 
 // MaxRefill is the longest a bucket may take to refill from empty
@@ -100,6 +118,12 @@ func (c *Config) Validate() error {
 		}
 		if t.Rank < 0 || t.Rank > MaxRank {
 			bad(f+".rank", "must be in [0, %d]", MaxRank)
+		}
+		if t.Weight < 0 || t.Weight > 1e6 || t.Weight != t.Weight {
+			bad(f+".weight", "must be in (0, 1000000] (0 or absent means 1)")
+		}
+		if p := t.CriticalReservePercent; p != nil && (*p < 0 || *p > 1000) {
+			bad(f+".critical_reserve_percent", "must be in [0, 1000]")
 		}
 		for _, g := range sortedKeys(t.Groups) {
 			q := t.Groups[g]
@@ -167,6 +191,9 @@ func (c *Config) Validate() error {
 		}
 		if tc.MaxConcurrent != nil && *tc.MaxConcurrent < 0 {
 			bad(f+".max_concurrent", "must be >= 0 (0 means no cap)")
+		}
+		if w := tc.Weight; w != nil && !(*w > 0 && *w <= 1e6) {
+			bad(f+".weight", "must be in (0, 1000000]")
 		}
 	}
 	return errors.Join(errs...)

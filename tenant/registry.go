@@ -24,6 +24,28 @@ type Tenant struct {
 	Pool string
 	// Groups holds the tier's per-route-group quotas.
 	Groups map[string]Quota
+	// Weight is the tenant's weight in the shared layers' fair shares
+	// (> 0; 1 unless configured).
+	Weight float64
+	// CriticalReserve is how many requests above MaxConcurrent its
+	// critical requests may hold (0 when there is no cap or no reserve).
+	CriticalReserve int
+}
+
+// CapFor returns the cap on the tenant's requests holding seats that
+// applies to a request, on one of instances gateways: MaxConcurrent divided
+// among the instances (rounded up), plus the critical reserve, divided
+// likewise, for a critical request. Zero means no cap.
+func (t *Tenant) CapFor(critical bool, instances int) int {
+	if t.MaxConcurrent <= 0 {
+		return 0
+	}
+	n := max(instances, 1)
+	limit := t.MaxConcurrent
+	if critical {
+		limit += t.CriticalReserve
+	}
+	return (limit + n - 1) / n
 }
 
 // Registry finds tenants by API key and by ID. It is immutable once built,
@@ -55,6 +77,20 @@ func NewRegistry(c Config) (*Registry, error) {
 		}
 		if tc.MaxConcurrent != nil {
 			t.MaxConcurrent = *tc.MaxConcurrent
+		}
+		t.Weight = tier.Weight
+		if tc.Weight != nil {
+			t.Weight = *tc.Weight
+		}
+		if t.Weight <= 0 {
+			t.Weight = 1
+		}
+		pct := DefaultCriticalReservePercent
+		if tier.CriticalReservePercent != nil {
+			pct = *tier.CriticalReservePercent
+		}
+		if t.MaxConcurrent > 0 && pct > 0 {
+			t.CriticalReserve = max(1, (t.MaxConcurrent*pct+99)/100)
 		}
 		for _, h := range tc.APIKeysSHA256 {
 			sum, _ := ParseKeyHash(h) // checked by Validate

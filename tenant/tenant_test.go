@@ -36,6 +36,9 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"override", func(c *Config) { c.Tenants[0].Rate = &neg }, "tenants[0] (globex).rate: must be > 0"},
 		{"no tiers", func(c *Config) { c.Tiers = nil; c.Tenants = nil }, "tiers: at least one tier is required"},
 		{"rank", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Rank: 9} }, "tiers.pro.rank: must be in [0, 4]"},
+		{"weight", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Weight: -2} }, "tiers.pro.weight: must be in (0, 1000000]"},
+		{"tenant weight", func(c *Config) { c.Tenants[0].Weight = &neg }, "tenants[0] (globex).weight: must be in (0, 1000000]"},
+		{"reserve", func(c *Config) { p := -5; c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, CriticalReservePercent: &p} }, "tiers.pro.critical_reserve_percent: must be in [0, 1000]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,4 +137,34 @@ func BenchmarkLookup(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestWeightAndCriticalReserve(t *testing.T) {
+	c := validConfig()
+	two, zero := 2.0, 0
+	c.Tenants[1].Weight = &two
+	c.Tiers["starter"] = TierConfig{Rate: 5, Burst: 25, MaxConcurrent: 2, CriticalReservePercent: &zero}
+	r, err := NewRegistry(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	globex, _ := r.ByID("globex")
+	initech, _ := r.ByID("initech")
+	if globex.Weight != 1 || initech.Weight != 2 {
+		t.Errorf("weights %v, %v; want 1 (default) and 2 (override)", globex.Weight, initech.Weight)
+	}
+	// pro: max_concurrent 4, default reserve 25% = 1 more for critical.
+	for _, tc := range []struct {
+		t         *Tenant
+		critical  bool
+		instances int
+		want      int
+	}{
+		{globex, false, 1, 4}, {globex, true, 1, 5}, {globex, false, 3, 2}, {globex, true, 3, 2},
+		{initech, false, 1, 2}, {initech, true, 1, 2}, // reserve off
+	} {
+		if got := tc.t.CapFor(tc.critical, tc.instances); got != tc.want {
+			t.Errorf("%s.CapFor(critical %v, %d instances) = %d, want %d", tc.t.ID, tc.critical, tc.instances, got, tc.want)
+		}
+	}
 }
