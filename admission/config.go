@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/bulkhead"
@@ -18,11 +19,12 @@ type Config struct {
 	// match wins. A request that matches none costs 1 token, has default
 	// criticality and is labelled "unmatched".
 	Routes []RouteConfig `yaml:"routes"`
-	// Global is the backstop bucket shared by every tenant, sized below the
-	// sum of the tiers' rates so that tenants all inside their quotas still
-	// cannot together exceed what the upstream was sized for. Over it: 503.
-	// Nil means no backstop.
-	Global *tenant.Quota `yaml:"global"`
+	// Global is the backstop every tenant shares, sized below the sum of
+	// the tiers' rates so that tenants all inside their quotas still
+	// cannot together exceed what the upstream was sized for. It is shared
+	// fairly, not first-come: while it binds it refuses (503) only tenants
+	// above their weighted fair share of its rate. Nil means no backstop.
+	Global *GlobalConfig `yaml:"global"`
 	// Unauthenticated limits requests without a valid API key, per client
 	// IP (the one place an IP limit is right: key guessing). Over it: 429
 	// instead of 401. Nil means 10 attempts of burst and 1 a second.
@@ -46,6 +48,23 @@ type Config struct {
 	TrustedPriorityFrom []string `yaml:"trusted_priority_from"`
 }
 
+// GlobalConfig is the global backstop: a bucket of Rate tokens a second up
+// to Burst, shared by weighted max-min fair share among the tenants active
+// over about the last Window.
+type GlobalConfig struct {
+	// Rate in tokens per second and Burst in tokens, as a tier's.
+	Rate  float64 `yaml:"rate"`
+	Burst float64 `yaml:"burst"`
+	// Window is how far back a tenant's recent use of the backstop looks
+	// (the time constant of its decayed rate). Zero means
+	// DefaultGlobalWindow; at least 100ms, at most 1m.
+	Window time.Duration `yaml:"window"`
+}
+
+// DefaultGlobalWindow is the global backstop's window when the config sets
+// none.
+const DefaultGlobalWindow = time.Second
+
 // DefaultUnauthenticated is the per-IP limit on requests without a valid key
 // when the config sets none.
 var defaultUnauthenticated = tenant.Quota{Rate: 1, Burst: 10}
@@ -61,7 +80,7 @@ func (c *Config) Validate() error {
 type compiled struct {
 	reg    *tenant.Registry
 	routes routeTable
-	global *ratelimit.Limit
+	global *ratelimit.BackstopLimit
 	unauth ratelimit.Limit
 	// flows holds each tenant's fair-queue flow names, one per
 	// criticality ("acme/critical", …), built once so the hot path does
@@ -118,10 +137,16 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 	}
 	out.routes.unmatched = &Route{Name: unmatchedName, Method: "*", Template: "", Cost: 1}
 	if c.Global != nil {
-		if err := checkQuota("global", *c.Global); err != nil {
+		w := c.Global.Window
+		if w == 0 {
+			w = DefaultGlobalWindow
+		}
+		if err := checkQuota("global", tenant.Quota{Rate: c.Global.Rate, Burst: c.Global.Burst}); err != nil {
 			errs = append(errs, err)
+		} else if w < 100*time.Millisecond || w > time.Minute {
+			errs = append(errs, fmt.Errorf("global.window: %v must be in [100ms, 1m]", w))
 		} else {
-			out.global = &ratelimit.Limit{Rate: c.Global.Rate, Burst: c.Global.Burst}
+			out.global = &ratelimit.BackstopLimit{Rate: c.Global.Rate, Burst: c.Global.Burst, Window: w}
 			for i, r := range out.routes.routes {
 				if r.Cost > c.Global.Burst {
 					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above global.burst (%v): such a request could never pass", i, r.Cost, c.Global.Burst))

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"errors"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"time"
 
 	"github.com/fairgate/fairgate/shed"
@@ -64,6 +65,10 @@ type Decision struct {
 	NQuotas int
 
 	held held
+
+	// backstop is the global backstop's answer, when it was asked.
+	backstop    ratelimit.BackstopResult
+	hasBackstop bool
 }
 
 // QuotaState is what a client is told about one token bucket.

@@ -53,6 +53,7 @@ type Options struct {
 type Gate struct {
 	cfg       atomic.Pointer[compiled]
 	store     ratelimit.Store
+	backstop  ratelimit.BackstopStore // the store, when it keeps a backstop
 	unauth    *ratelimit.MemoryStore
 	now       func() time.Time
 	log       *slog.Logger
@@ -95,6 +96,10 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	}
 	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances, deferAdaptive: o.DeferAdaptive,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
+	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
+	if err := g.checkStore(c); err != nil {
+		return nil, err
+	}
 	if err := g.buildLayers(cfg); err != nil {
 		return nil, err
 	}
@@ -110,6 +115,14 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	}
 	g.cfg.Store(c)
 	return g, nil
+}
+
+// checkStore reports a config the store cannot serve.
+func (g *Gate) checkStore(c *compiled) error {
+	if c.global != nil && g.backstop == nil {
+		return fmt.Errorf("global: the store (%T) keeps no fair global backstop", g.store)
+	}
+	return nil
 }
 
 // Registry returns the tenant registry in force.

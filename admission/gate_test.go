@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -126,20 +127,96 @@ func TestGateRouteGroup(t *testing.T) {
 	}
 }
 
-func TestGateGlobalBackstop(t *testing.T) {
-	clk := fakeclock.New()
-	cfg := testConfig()
-	cfg.Global = &tenant.Quota{Rate: 10, Burst: 30}
-	g, err := New(cfg, testRegistry(t), Options{Now: clk.Now})
+// firstComeStore keeps the global backstop as the single first-come bucket
+// fairgate had before: the negative control of the backstop tests.
+type firstComeStore struct{ *ratelimit.MemoryStore }
+
+func (f firstComeStore) TakeBackstop(ctx context.Context, l ratelimit.BackstopLimit, _ string, _, cost float64) (ratelimit.BackstopResult, error) {
+	r, err := f.Take(ctx, ratelimit.BucketKey{}, ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}, cost)
+	return ratelimit.BackstopResult{Allowed: r.Allowed, RetryAfter: r.RetryAfter, Tokens: r.Remaining}, err
+}
+
+// backstopSqueeze runs deploy/examples/demo.yaml's situation on store for
+// 60 s of fake time: the enterprise tenant sends its own quota (100
+// tokens/s, the whole global rate) from the 10th second, the pro and
+// starter tenants exactly theirs (20 and 5 tokens/s in cost-5 searches).
+// It returns the share of each tenant's requests admitted.
+func backstopSqueeze(t *testing.T, clk *fakeclock.Clock, store ratelimit.Store) map[string]float64 {
+	t.Helper()
+	reg, err := tenant.NewRegistry(tenant.Config{
+		Tiers: map[string]tenant.TierConfig{
+			"enterprise": {Rate: 100, Burst: 500},
+			"pro":        {Rate: 20, Burst: 100},
+			"starter":    {Rate: 5, Burst: 25},
+		},
+		Tenants: []tenant.TenantConfig{
+			{ID: "acme", Tier: "enterprise", APIKeysSHA256: []string{tenant.HashKey("ent-key")}},
+			{ID: "globex", Tier: "pro", APIKeysSHA256: []string{tenant.HashKey("pro-key")}},
+			{ID: "initech", Tier: "starter", APIKeysSHA256: []string{tenant.HashKey("start-key")}},
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 6 {
-		mustCheck(t, g, req("ent-key", "GET", "/api/v1/search"))
+	cfg := testConfig()
+	cfg.Routes = cfg.Routes[:2]
+	cfg.Global = &GlobalConfig{Rate: 100, Burst: 600}
+	g, err := New(cfg, reg, Options{Now: clk.Now, Store: store})
+	if err != nil {
+		t.Fatal(err)
 	}
-	d := mustCheck(t, g, req("ent-key", "GET", "/api/v1/search"))
-	if d.Allowed || d.Status != 503 || d.Reason != "global_backstop" || d.RetryAfter <= 0 {
-		t.Fatalf("7th search: %+v, want 503 global_backstop", d)
+	sent, ok := map[string]int{}, map[string]int{}
+	send := func(id, key, path string) {
+		d := mustCheck(t, g, req(key, "GET", path))
+		sent[id]++
+		if d.Allowed {
+			ok[id]++
+		} else if d.Status != 503 || d.Reason != "global_backstop" || d.RetryAfter <= 0 {
+			t.Fatalf("%s: %+v", id, d)
+		}
+	}
+	for ms := range 60_000 {
+		if ms >= 10_000 && ms%10 == 0 {
+			send("acme", "ent-key", "/api/v1/users/me") // 100 a second, cost 1
+		}
+		if ms%250 == 0 {
+			send("globex", "pro-key", "/api/v1/search") // 4 a second, cost 5
+		}
+		if ms%1000 == 500 {
+			send("initech", "start-key", "/api/v1/search") // 1 a second, cost 5
+		}
+		clk.Advance(time.Millisecond)
+	}
+	share := map[string]float64{}
+	for id, n := range sent {
+		share[id] = float64(ok[id]) / float64(n)
+	}
+	return share
+}
+
+// Issue 11's first situation: a tenant inside its own quota but above the
+// global rate must not get the light tenants 503s.
+func TestGateGlobalBackstopIsFair(t *testing.T) {
+	clk := fakeclock.New()
+	share := backstopSqueeze(t, clk, ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now}))
+	for _, id := range []string{"globex", "initech"} {
+		if share[id] < 0.99 {
+			t.Errorf("%s admitted %.1f%%, want ≥ 99%% (within its share)", id, 100*share[id])
+		}
+	}
+	// acme takes what they leave: 75 of its 100 tokens a second, and the
+	// backstop's burst and reserve (1200 tokens) at the start.
+	if share["acme"] < 0.70 || share["acme"] > 0.75+1200.0/5000 {
+		t.Errorf("acme admitted %.1f%%, want about 75%% and at most 99%%", 100*share["acme"])
+	}
+}
+
+// Negative control: the first-come backstop gives the light tenants 503s.
+func TestGateGlobalBackstopFirstComeFails(t *testing.T) {
+	clk := fakeclock.New()
+	share := backstopSqueeze(t, clk, firstComeStore{ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now})})
+	if share["initech"] >= 0.99 && share["globex"] >= 0.99 {
+		t.Errorf("first-come backstop: globex %.1f%%, initech %.1f%%; the fairness check cannot fail", 100*share["globex"], 100*share["initech"])
 	}
 }
 

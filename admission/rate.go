@@ -17,6 +17,10 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 	if sp.on() {
 		q := &d.Quotas[0]
 		sp.s.SetAttributes(attrCost.Float64(d.Route.Cost), attrRemaining.Float64(q.Remaining), attrLimit.Float64(q.Limit))
+		if b := &d.backstop; d.hasBackstop {
+			sp.s.SetAttributes(attrBackstopTokens.Float64(round3(b.Tokens)), attrBackstopUse.Float64(round3(b.Use)),
+				attrBackstopShare.Float64(round3(b.Share)), attrBackstopWithin.Bool(b.WithinShare))
+		}
 		if d.Layer == LayerRate {
 			sp.s.SetAttributes(attrBucket.String(d.Reason))
 			if d.Reason == "store_unavailable" {
@@ -69,11 +73,15 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 		return nil
 	}
 	if c.global != nil {
-		res, err := g.take(ctx, ratelimit.BucketKey{}, *c.global, r.Cost)
+		res, err := g.backstop.TakeBackstop(ctx, *c.global, t.ID, t.Weight, r.Cost)
 		if err != nil {
 			return g.storeFailed(ctx, d, err)
 		}
+		d.backstop, d.hasBackstop = res, true
 		if !res.Allowed {
+			// Only a tenant above its fair share of the global rate is
+			// refused while another is within its own: an overload
+			// (503), caused by this tenant's share of the traffic.
 			g.reject(d, LayerRate, http.StatusServiceUnavailable, "global_backstop", res.RetryAfter)
 		}
 	}

@@ -21,6 +21,9 @@ func (g *Gate) Reload(cfg Config, reg *tenant.Registry) error {
 	if err != nil {
 		return err
 	}
+	if err := g.checkStore(c); err != nil {
+		return err
+	}
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	if err := g.checkLayerChange(cfg); err != nil {

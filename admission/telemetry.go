@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 
@@ -34,22 +35,29 @@ const (
 	AttrStatusCode = attribute.Key("http.response.status_code")
 	AttrRequestID  = attribute.Key("fairgate.request_id")
 
-	attrAuth          = attribute.Key("auth.result") // "ok", "missing_key", "unknown_key", "too_many_failed_attempts"
-	attrCost          = attribute.Key("route.cost")
-	attrRemaining     = attribute.Key("ratelimit.remaining")
-	attrLimit         = attribute.Key("ratelimit.limit")
-	attrBucket        = attribute.Key("ratelimit.bucket") // the bucket that decided
-	attrPolicy        = attribute.Key("ratelimit.failure_policy")
-	attrStoreMs       = attribute.Key("ratelimit.store_ms")
-	attrMaxConcurrent = attribute.Key("concurrency.max")
-	attrInFlight      = attribute.Key("concurrency.in_flight")
-	attrPool          = attribute.Key("bulkhead.pool")
-	attrQueueWait     = attribute.Key("queue.wait_ms")
-	attrBorrowed      = attribute.Key("bulkhead.borrowed")
-	attrPriority      = attribute.Key("shed.priority")
-	attrThreshold     = attribute.Key("shed.threshold")
-	attrLimitCurrent  = attribute.Key("limit.current")
-	attrLimitInFlight = attribute.Key("limit.in_flight")
+	attrAuth      = attribute.Key("auth.result") // "ok", "missing_key", "unknown_key", "too_many_failed_attempts"
+	attrCost      = attribute.Key("route.cost")
+	attrRemaining = attribute.Key("ratelimit.remaining")
+	attrLimit     = attribute.Key("ratelimit.limit")
+	attrBucket    = attribute.Key("ratelimit.bucket") // the bucket that decided
+	// The global backstop: its tokens after the take (negative while
+	// tenants within their shares use its reserve), the tenant's recent
+	// use of it and its fair share, in tokens a second.
+	attrBackstopTokens = attribute.Key("backstop.tokens")
+	attrBackstopUse    = attribute.Key("backstop.use")
+	attrBackstopShare  = attribute.Key("backstop.share")
+	attrBackstopWithin = attribute.Key("backstop.within_share")
+	attrPolicy         = attribute.Key("ratelimit.failure_policy")
+	attrStoreMs        = attribute.Key("ratelimit.store_ms")
+	attrMaxConcurrent  = attribute.Key("concurrency.max")
+	attrInFlight       = attribute.Key("concurrency.in_flight")
+	attrPool           = attribute.Key("bulkhead.pool")
+	attrQueueWait      = attribute.Key("queue.wait_ms")
+	attrBorrowed       = attribute.Key("bulkhead.borrowed")
+	attrPriority       = attribute.Key("shed.priority")
+	attrThreshold      = attribute.Key("shed.threshold")
+	attrLimitCurrent   = attribute.Key("limit.current")
+	attrLimitInFlight  = attribute.Key("limit.in_flight")
 )
 
 // Decision words of the admission.decision attribute and the outcome
@@ -312,4 +320,12 @@ func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.adInFlight, g.limiter.Inflight())
 	}
 	gauge(c.tenantsInFlightTracked, g.caps.Tenants())
+}
+
+// round3 rounds x to three decimals for a span attribute.
+func round3(x float64) float64 {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return x
+	}
+	return math.Round(x*1000) / 1000
 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/internal/jaegertest"
-	"github.com/fairgate/fairgate/tenant"
 )
 
 // TestJaegerEndToEnd runs the demo config with tracing to a real Jaeger,
@@ -41,7 +41,7 @@ func TestJaegerEndToEnd(t *testing.T) {
 				// A backstop that the steps below exhaust on purpose:
 				// 1 + 25 + 5 tokens before the overload step, which
 				// then needs 20 per export.
-				c.Admission.Global = &tenant.Quota{Burst: 60, Rate: 0.001}
+				c.Admission.Global = &admission.GlobalConfig{Burst: 60, Rate: 0.001}
 			}, Options{TracerProvider: tp})
 			release := make(chan struct{})
 			var held atomic.Int32

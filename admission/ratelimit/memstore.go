@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"github.com/fairgate/fairgate/internal/fairshare"
+
 	"context"
 	"hash/maphash"
 	"math/bits"
@@ -24,6 +26,9 @@ type MemoryStore struct {
 	now    func() time.Time
 	sweep  int64 // sweep interval, ns
 	shards []memShard
+
+	backstopMu sync.Mutex
+	backstop   fairshare.Backstop // guarded by backstopMu
 }
 
 // memShard is one lock's worth of buckets. They are found by the 64-bit
