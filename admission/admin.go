@@ -16,7 +16,8 @@ type TenantState struct {
 	Burst         float64  `json:"burst"`
 	Tokens        *float64 `json:"tokens,omitempty"`
 	MaxConcurrent int      `json:"max_concurrent"`
-	// InFlight is the tenant's requests in flight on this instance.
+	// InFlight is the tenant's requests executing upstream (holding a
+	// seat, when there are pools) on this instance.
 	InFlight int `json:"in_flight"`
 	// Pool is the tenant's bulkhead pool and its state, when pools are
 	// configured.
@@ -33,6 +34,7 @@ func (g *Gate) TenantState(id string) (TenantState, bool) {
 	st := TenantState{ID: t.ID, Tier: t.Tier, Rate: t.Rate, Burst: t.Burst, MaxConcurrent: t.MaxConcurrent,
 		InFlight: g.caps.InFlight(t.ID)}
 	if g.pools != nil {
+		st.InFlight = g.pools.Executing(t.ID)
 		if ps, ok := g.pools.Stats(t.Pool); ok {
 			st.Pool, st.PoolStats = t.Pool, &ps
 		}

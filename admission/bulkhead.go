@@ -26,7 +26,7 @@ func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) erro
 	if f := c.flows[t]; f != nil && int(r.Criticality) < len(f) {
 		flow = f[r.Criticality]
 	}
-	seat, err := g.pools.Acquire(ctx, pool, bulkhead.Request{Tenant: t.ID, Flow: flow, Cost: int(r.Cost)})
+	seat, err := g.pools.Acquire(ctx, pool, bulkhead.Request{Tenant: t.ID, Flow: flow, Cost: int(r.Cost), Weight: t.Weight, Cap: g.capFor(d)})
 	if sp.on() {
 		sp.s.SetAttributes(attrPool.String(pool), attrQueueWait.Float64(float64(seat.Waited())/1e6), attrBorrowed.Bool(err == nil && seat.Borrowed()))
 	}

@@ -68,8 +68,13 @@ type Gate struct {
 	pools    *bulkhead.Pools
 	limiter  *shed.Limiter
 	shedders map[string]*poolShed // by pool name; "" when there are no pools
-	reloadMu sync.Mutex
-	layerCfg layerConfig // what built the layers; guarded by reloadMu
+	// shedFloor is the priority below which every pool sheds while the
+	// upstream is the bottleneck, floorRetry the Retry-After it gives
+	// (ns); see updateShedFloor.
+	shedFloor  atomic.Int32
+	floorRetry atomic.Int64
+	reloadMu   sync.Mutex
+	layerCfg   layerConfig // what built the layers; guarded by reloadMu
 }
 
 // New builds a Gate. It checks cfg against the tenants' tiers and returns an

@@ -2,16 +2,27 @@ package admission
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/fairgate/fairgate/shed"
 )
 
 // admitShed runs the shedding layer, before the bulkhead so that a shed
-// request never queues. Shedding is per pool: a pool sheds when its own
-// queue builds, lowest priority first, so one tier's flood never sheds
-// another tier's requests.
+// request never queues. Each pool has its shedder: a pool sheds when its own
+// queue builds, so one tier's flood never sheds another tier's requests
+// while the upstream has room.
+//
+// Shedding sees tenants: a request of a tenant whose use of the pool is
+// within its fair share (bulkhead.Pools.Share) is not why the queue builds
+// and is never shed (the fair queue orders it); only tenants above their
+// shares are shed, lowest priority first. When the upstream is the
+// bottleneck (every seat of the total taken), the pools shed together: no
+// pool admits a priority below the band another pool is shedding in
+// (shed.FloorFor), so no pool admits sheddable work while another sheds
+// default or critical requests.
 func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	pool := d.pool()
 	ps := g.shedderFor(pool)
@@ -22,13 +33,30 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	defer sp.end(d, LayerShed)
 	d.held.shed = ps
 	g.observe(ps, pool)
+	within, use, share := true, 0.0, 0.0
+	if g.pools != nil {
+		st := g.pools.Share(pool, d.Tenant.ID)
+		within, use, share = st.Within, st.Use, st.Share
+	}
 	prio := d.Priority
-	ok, retry := ps.shedder.Admit(prio)
+	floor := shed.Priority(g.shedFloor.Load())
 	if sp.on() {
-		sp.s.SetAttributes(attrPool.String(pool), attrPriority.Int(int(prio)), attrThreshold.Int(int(ps.shedder.Threshold())))
+		sp.s.SetAttributes(attrPool.String(pool), attrPriority.Int(int(prio)), attrThreshold.Int(int(ps.shedder.Threshold())),
+			attrShedFloor.Int(int(floor)), attrShareWithin.Bool(within), attrShareUse.Float64(round3(use)))
+		if !math.IsInf(share, 1) { // +Inf: nobody is above share; JSON has no Inf
+			sp.s.SetAttributes(attrShare.Float64(round3(share)))
+		}
+	}
+	if within {
+		ps.shedder.AdmitExempt()
+		return
+	}
+	ok, retry := ps.shedder.Admit(prio)
+	if ok && prio < floor {
+		ok, retry = false, time.Duration(g.floorRetry.Load())
 	}
 	if !ok {
-		g.reject(d, LayerShed, http.StatusServiceUnavailable, "priority", retry)
+		g.reject(d, LayerShed, http.StatusServiceUnavailable, "priority", max(retry, time.Second))
 	}
 }
 
@@ -52,7 +80,8 @@ func (g *Gate) shedderFor(pool string) *poolShed {
 }
 
 // observe tells a pool's shedder the pressure on the pool, at most twenty
-// times a calibration interval, from whichever request comes first.
+// times a calibration interval, from whichever request comes first, and
+// then recomputes the floor the pools shed below together.
 func (g *Gate) observe(ps *poolShed, pool string) {
 	now := g.now()
 	next := ps.nextObserve.Load()
@@ -68,4 +97,30 @@ func (g *Gate) observe(ps *poolShed, pool string) {
 		p.Inflight, p.Limit = g.limiter.Inflight(), g.limiter.Limit()
 	}
 	ps.shedder.Observe(now, p)
+	g.updateShedFloor()
+}
+
+// updateShedFloor sets the priority below which every pool sheds: while
+// every seat of the total is taken (the upstream is the bottleneck), the
+// floor of the band the most-shedding pool sheds in; otherwise none.
+func (g *Gate) updateShedFloor() {
+	if g.pools == nil || len(g.shedders) < 2 {
+		return
+	}
+	inflight := 0
+	for name := range g.shedders {
+		st, _ := g.pools.Stats(name)
+		inflight += st.InFlight
+	}
+	var floor shed.Priority
+	var retry time.Duration
+	if inflight >= g.pools.Total() {
+		for _, ps := range g.shedders {
+			if f := shed.FloorFor(ps.shedder.Threshold()); f > floor {
+				floor, retry = f, ps.shedder.RetryAfter()
+			}
+		}
+	}
+	g.floorRetry.Store(int64(retry))
+	g.shedFloor.Store(int32(floor))
 }

@@ -56,8 +56,16 @@ const (
 	attrBorrowed       = attribute.Key("bulkhead.borrowed")
 	attrPriority       = attribute.Key("shed.priority")
 	attrThreshold      = attribute.Key("shed.threshold")
-	attrLimitCurrent   = attribute.Key("limit.current")
-	attrLimitInFlight  = attribute.Key("limit.in_flight")
+	// shed.floor: the priority below which every pool sheds while the
+	// upstream is the bottleneck. share.*: the tenant's use of the pool
+	// (average requests held or queued), its fair share, and whether it is
+	// within it (then it is never shed).
+	attrShedFloor     = attribute.Key("shed.floor")
+	attrShareWithin   = attribute.Key("share.within")
+	attrShareUse      = attribute.Key("share.use")
+	attrShare         = attribute.Key("share.fair")
+	attrLimitCurrent  = attribute.Key("limit.current")
+	attrLimitInFlight = attribute.Key("limit.in_flight")
 )
 
 // Decision words of the admission.decision attribute and the outcome

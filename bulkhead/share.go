@@ -19,8 +19,10 @@ var usageTau = UsageWindow.Seconds()
 // ShareState is one tenant's use of a pool against its fair share of the
 // pool's seats.
 type ShareState struct {
-	// Use is the tenant's average requests holding the pool's seats or
-	// queued for them, over about UsageWindow.
+	// Use is the tenant's requests holding the pool's seats or queued for
+	// them: their average over about UsageWindow, or the count now if
+	// higher (a flood is above its share from its first queued requests,
+	// not a window later).
 	Use float64
 	// Share is the tenant's weighted max-min fair share of the pool's
 	// seats among the tenants using it; +Inf when their uses add up to no
@@ -49,7 +51,7 @@ func (ps *Pools) Share(pool, tenant string) ShareState {
 	if u == nil {
 		return ShareState{Share: p.level, Within: true}
 	}
-	st := ShareState{Use: u.use.At(now, usageTau), Share: p.level * u.weight}
+	st := ShareState{Use: useOf(u, now), Share: p.level * u.weight}
 	st.Within = st.Use <= st.Share
 	return st
 }
@@ -60,7 +62,7 @@ func (ps *Pools) Share(pool, tenant string) ShareState {
 func (ps *Pools) recomputeLocked(p *pool, now int64) {
 	ds := p.scratch[:0]
 	for id, u := range p.users {
-		use := u.use.At(now, usageTau)
+		use := useOf(u, now)
 		if u.use.Level() == 0 && use < 1e-3 {
 			delete(p.users, id)
 			continue
@@ -70,6 +72,11 @@ func (ps *Pools) recomputeLocked(p *pool, now int64) {
 	p.level = fairshare.Level(float64(p.nominal+p.borrowed), ds)
 	p.levelAt = now
 	p.scratch = ds[:0]
+}
+
+// useOf is u's use at now: its average, or its count if higher.
+func useOf(u *poolUser, now int64) float64 {
+	return max(u.use.At(now, usageTau), float64(u.use.Level()))
 }
 
 // useLocked changes the count of r's tenant's requests held or queued in

@@ -56,3 +56,13 @@ func PriorityFor(tierRank int, c Criticality) Priority {
 func (p Priority) clamp() Priority {
 	return min(max(p, MinPriority), MaxPriority)
 }
+
+// FloorFor returns the priority below which every pool sheds when one
+// pool's shedder stands at threshold th and the upstream is the bottleneck:
+// the lowest level of th's band, at most the critical band's. A pool
+// shedding default requests makes every pool shed sheddable ones; one
+// shedding critical (or everything it may) makes every pool shed default and
+// sheddable ones, never critical. Zero (nothing shed) gives zero.
+func FloorFor(th Priority) Priority {
+	return min(th/bandWidth*bandWidth, bandBase[Critical])
+}

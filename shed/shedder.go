@@ -151,6 +151,12 @@ func (s *Shedder) AdmitExempt() {
 	}
 }
 
+// RetryAfter returns the Retry-After the Shedder gives shed requests now;
+// zero when it sheds nothing.
+func (s *Shedder) RetryAfter() time.Duration {
+	return s.state.Load().retryAfter
+}
+
 // Threshold returns the current threshold: priorities below it are
 // rejected, a fraction of it may be, those above it are admitted. Zero when
 // nothing is shed.

@@ -74,14 +74,16 @@ func TestJaegerEndToEnd(t *testing.T) {
 				t.Fatalf("rate step: %d %s", rate.status, rate.body)
 			}
 
-			// Concurrency: globex (max_concurrent 4) holds four requests at
-			// the upstream; the fifth is refused.
+			// Concurrency: globex (max_concurrent 4) holds four searches at
+			// the upstream; the fifth is refused (a search is not
+			// critical, so the critical reserve above the cap is not
+			// its).
 			var wg sync.WaitGroup
 			for range 4 {
-				wg.Go(func() { do(t, "GET", base+"/api/v1/users/me", "demo-pro-key", nil) })
+				wg.Go(func() { do(t, "GET", base+"/api/v1/search", "demo-pro-key", nil) })
 			}
 			waitFor(t, func() bool { return held.Load() == 4 })
-			conc := do(t, "GET", base+"/api/v1/users/me", "demo-pro-key", nil)
+			conc := do(t, "GET", base+"/api/v1/search", "demo-pro-key", nil)
 			close(release)
 			wg.Wait()
 			if conc.status != 429 || decodeRejection(t, conc)["layer"] != "concurrency" {
