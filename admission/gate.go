@@ -73,6 +73,13 @@ type Gate struct {
 	// (ns); see updateShedFloor.
 	shedFloor  atomic.Int32
 	floorRetry atomic.Int64
+	// shareBlind, a test hook set before first use, makes shedding see
+	// priorities only, as it did before it saw tenants: the negative
+	// control of the fairness tests.
+	shareBlind bool
+	// noFloor, a test hook set before first use, keeps each pool's
+	// shedding to itself: the negative control of shedding together.
+	noFloor bool
 	reloadMu   sync.Mutex
 	layerCfg   layerConfig // what built the layers; guarded by reloadMu
 }

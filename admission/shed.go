@@ -33,8 +33,8 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	defer sp.end(d, LayerShed)
 	d.held.shed = ps
 	g.observe(ps, pool)
-	within, use, share := true, 0.0, 0.0
-	if g.pools != nil {
+	within, use, share := false, 0.0, 0.0
+	if g.pools != nil && !g.shareBlind {
 		st := g.pools.Share(pool, d.Tenant.ID)
 		within, use, share = st.Within, st.Use, st.Share
 	}
@@ -104,7 +104,7 @@ func (g *Gate) observe(ps *poolShed, pool string) {
 // every seat of the total is taken (the upstream is the bottleneck), the
 // floor of the band the most-shedding pool sheds in; otherwise none.
 func (g *Gate) updateShedFloor() {
-	if g.pools == nil || len(g.shedders) < 2 {
+	if g.pools == nil || len(g.shedders) < 2 || g.noFloor {
 		return
 	}
 	inflight := 0
