@@ -79,9 +79,9 @@ type Gate struct {
 	shareBlind bool
 	// noFloor, a test hook set before first use, keeps each pool's
 	// shedding to itself: the negative control of shedding together.
-	noFloor bool
-	reloadMu   sync.Mutex
-	layerCfg   layerConfig // what built the layers; guarded by reloadMu
+	noFloor  bool
+	reloadMu sync.Mutex
+	layerCfg layerConfig // what built the layers; guarded by reloadMu
 }
 
 // New builds a Gate. It checks cfg against the tenants' tiers and returns an

@@ -144,4 +144,5 @@ func (s *Store) backstopFallback(l fairshare.BackstopLimit, tenant string, weigh
 func limitOf(l fairshare.BackstopLimit) ratelimit.Limit {
 	return ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}
 }
+
 var _ ratelimit.BackstopStore = (*Store)(nil)
