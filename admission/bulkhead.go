@@ -32,7 +32,7 @@ func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) erro
 	}
 	switch {
 	case err == nil:
-		d.held.seat = seat
+		d.lease.seat = seat
 		if g.metrics != nil {
 			g.metrics.queueWait.WithLabelValues(pool).Observe(seat.Waited().Seconds())
 		}

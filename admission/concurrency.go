@@ -26,7 +26,7 @@ func (g *Gate) admitConcurrency(ctx context.Context, d *Decision) {
 		g.reject(d, LayerConcurrency, http.StatusTooManyRequests, "max_concurrent", g.holdHint(d.pool()))
 		return
 	}
-	d.held.slot = slot
+	d.lease.slot = slot
 }
 
 // holdHint is the Retry-After of a concurrency rejection: how long a request

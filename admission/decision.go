@@ -63,7 +63,7 @@ type Decision struct {
 	// NQuotas is how many of Quotas are set.
 	NQuotas int
 
-	held held
+	lease Lease
 }
 
 // QuotaState is what a client is told about one token bucket.
@@ -79,17 +79,6 @@ type QuotaState struct {
 	Remaining float64
 	Reset     time.Duration
 }
-
-// Done releases what the admitted request holds in the later layers
-// (concurrency slot, bulkhead seat, adaptive permit). Call it exactly once
-// when the request has finished; calling it again does nothing. ok says
-// whether the upstream answered (its latency then teaches the adaptive
-// limit) or the request ended without telling anything about capacity
-// (client gone, cancelled).
-//
-// Done must be called on the Decision that Check returned (or a pointer to
-// it), not on several copies of it.
-func (d *Decision) Done(ok bool) { d.held.release(ok) }
 
 // Errors of the admission package.
 var (

@@ -58,7 +58,7 @@ func mustCheck(t *testing.T, g *Gate, r Request) Decision {
 		t.Fatal(err)
 	}
 	if d.Allowed {
-		d.Done(true)
+		d.Lease().Release()
 	}
 	return d
 }

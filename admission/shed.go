@@ -20,7 +20,7 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	}
 	sp := g.layerSpan(ctx, SpanShed)
 	defer sp.end(d, LayerShed)
-	d.held.shed = ps
+	d.lease.shed = ps
 	g.observe(ps, pool)
 	prio := d.Priority
 	ok, retry := ps.shedder.Admit(prio)

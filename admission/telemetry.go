@@ -80,12 +80,18 @@ func (s span) on() bool { return s.s != nil }
 // end ends the span; when layer rejected d, its status is Error with the
 // reason.
 func (s span) end(d *Decision, layer Layer) {
+	s.endLayer(layer, d.Status != 0 && d.Layer == layer, d.Reason)
+}
+
+// endLayer ends the span of layer; when the layer rejected the request, its
+// status is Error with the reason.
+func (s span) endLayer(layer Layer, rejected bool, reason string) {
 	if s.s == nil {
 		return
 	}
-	if d.Status != 0 && d.Layer == layer {
-		s.s.SetAttributes(AttrReason.String(d.Reason))
-		s.s.SetStatus(codes.Error, layer.String()+": "+d.Reason)
+	if rejected {
+		s.s.SetAttributes(AttrReason.String(reason))
+		s.s.SetStatus(codes.Error, layer.String()+": "+reason)
 	}
 	s.s.End()
 }

@@ -42,7 +42,7 @@ func (s *Server) bufferRequests(next http.Handler) http.Handler {
 		if _, err := buf.ReadFrom(r.Body); err != nil {
 			// Never reached the upstream: release without learning.
 			if d, ok := admission.FromContext(r.Context()); ok {
-				d.Done(false)
+				d.Lease().Release()
 			}
 			id := w.Header().Get(admission.HeaderRequestID)
 			var mbe *http.MaxBytesError

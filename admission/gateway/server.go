@@ -115,7 +115,7 @@ func New(cfg Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger, Instances: instances,
-		TracerProvider: o.TracerProvider, Metrics: tel.metrics, DeferAdaptive: true})
+		TracerProvider: o.TracerProvider, Metrics: tel.metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			// Headers are in: the adaptive limit learns the upstream's
 			// latency now, not the time the client takes to read the body.
 			if d, ok := admission.FromContext(resp.Request.Context()); ok {
-				d.UpstreamAnswered()
+				d.Lease().Answered()
 			}
 			return upstreamAnswered(resp)
 		},
@@ -161,7 +161,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(echo.WrapMiddleware(s.hygiene))
-	e.Use(gate.Echo())
+	e.Use(echo.WrapMiddleware(gate.ProxyMiddleware))
 	upstream := s.bufferRequests(s.startUpstream(tel.upstreamSpan(proxy)))
 	e.Any("/*", echo.WrapHandler(upstream))
 	e.Any("/", echo.WrapHandler(upstream))
@@ -276,8 +276,7 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 // Without pools a reached limit is a 503 from the adaptive layer here.
 func (s *Server) startUpstream(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d, ok := admission.FromContext(r.Context()); ok && !d.StartUpstream() {
-			d.Done(false)
+		if d, ok := admission.FromContext(r.Context()); ok && !d.Lease().StartUpstream(r.Context()) {
 			admission.WriteError(w, http.StatusServiceUnavailable, &admission.Rejection{Error: "overloaded",
 				Layer: admission.LayerAdaptive.String(), Reason: "limit_reached", RetryAfter: 1,
 				RequestID: w.Header().Get(admission.HeaderRequestID),
@@ -297,9 +296,9 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	upstreamFailed(r, err)
 	// The upstream did not answer: release now, without teaching the
 	// adaptive limit that this was a healthy call (the middleware's later
-	// Done does nothing). A call held past max_latency still cuts it.
+	// Release does nothing). A call held past max_latency still cuts it.
 	if d, ok := admission.FromContext(r.Context()); ok {
-		d.Done(false)
+		d.Lease().Release()
 	}
 	var mbe *http.MaxBytesError
 	var ne net.Error
