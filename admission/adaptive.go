@@ -23,6 +23,6 @@ func (g *Gate) admitAdaptive(ctx context.Context) (shed.Permit, bool) {
 		sp.s.SetAttributes(attrLimitCurrent.Int(g.limiter.Limit()), attrLimitInFlight.Int(g.limiter.Inflight()))
 	}
 	ok = ok || g.pools != nil
-	sp.endLayer(LayerAdaptive, !ok, "limit_reached")
+	sp.endLayer(LayerAdaptive, !ok, ReasonLimitReached)
 	return p, ok
 }

@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"net/http"
 	"time"
 )
 
@@ -23,7 +22,7 @@ func (g *Gate) admitConcurrency(ctx context.Context, d *Decision) {
 		sp.s.SetAttributes(attrMaxConcurrent.Int(perInstance), attrInFlight.Int(g.caps.InFlight(t.ID)))
 	}
 	if !ok {
-		g.reject(d, LayerConcurrency, http.StatusTooManyRequests, "max_concurrent", g.holdHint(d.pool()))
+		d.reject(ReasonMaxConcurrent, g.holdHint(d.pool()))
 		return
 	}
 	d.lease.slot = slot

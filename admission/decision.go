@@ -20,9 +20,14 @@ const (
 	LayerShed
 	LayerBulkhead
 	LayerAdaptive
+	// Not layers of the pipeline: where fairgate's other answers come from
+	// (the edge's body limit, the proxy, an embedded handler's panic).
+	LayerEdge
+	LayerProxy
+	LayerUpstream
 )
 
-var layerNames = [...]string{"none", "identify", "rate", "concurrency", "shed", "bulkhead", "adaptive"}
+var layerNames = [...]string{"none", "identify", "rate", "concurrency", "shed", "bulkhead", "adaptive", "edge", "proxy", "upstream"}
 
 // String returns the layer's name as it appears in the JSON body, spans and
 // metrics ("rate", "bulkhead", …).
@@ -44,9 +49,9 @@ type Decision struct {
 	// Layer is the layer that rejected the request (LayerNone when
 	// allowed).
 	Layer Layer
-	// Reason is a short machine word for the rejection, such as
-	// "tenant_quota", "global_backstop", "unknown_key" or "queue_full".
-	Reason string
+	// Reason is why the request was rejected (ReasonNone when allowed);
+	// Status and Layer are its row of the client contract.
+	Reason Reason
 	// RetryAfter is how long the client should wait before retrying; set on
 	// every rejection, at least one second when written to the client.
 	RetryAfter time.Duration

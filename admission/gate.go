@@ -186,11 +186,13 @@ func (d *Decision) pool() string {
 	return d.Tenant.Pool
 }
 
-func (g *Gate) reject(d *Decision, l Layer, status int, reason string, retry time.Duration) {
+// reject makes d a rejection for reason r: the status and layer come from
+// the client contract's row for r.
+func (d *Decision) reject(r Reason, retry time.Duration) {
 	d.Allowed = false
-	d.Layer = l
-	d.Status = status
-	d.Reason = reason
+	d.Reason = r
+	d.Layer = r.Layer()
+	d.Status = r.Status()
 	d.RetryAfter = retry
 }
 

@@ -76,7 +76,7 @@ func TestGateRateLayer(t *testing.T) {
 		}
 	}
 	d := mustCheck(t, g, req("start-key", "GET", "/api/v1/search"))
-	if d.Allowed || d.Status != 429 || d.Layer != LayerRate || d.Reason != "tenant_quota" {
+	if d.Allowed || d.Status != 429 || d.Layer != LayerRate || d.Reason != ReasonTenantQuota {
 		t.Fatalf("6th search: %+v, want 429 from rate", d)
 	}
 	if d.RetryAfter != time.Second { // 5 tokens at 5/s
@@ -108,7 +108,7 @@ func TestGateRouteGroup(t *testing.T) {
 		t.Fatalf("first export: %+v", d)
 	}
 	d := mustCheck(t, g, req("start-key", "POST", "/api/v1/reports/export"))
-	if d.Allowed || d.Reason != "tenant_quota" {
+	if d.Allowed || d.Reason != ReasonTenantQuota {
 		t.Fatalf("second export: %+v, want tenant_quota", d)
 	}
 	// The denied export still took its 20 from the group (no refunds: see
@@ -116,7 +116,7 @@ func TestGateRouteGroup(t *testing.T) {
 	// holds only 5.
 	clk.Advance(10 * time.Second)
 	d = mustCheck(t, g, req("start-key", "POST", "/api/v1/reports/export"))
-	if d.Allowed || d.Reason != "group_quota" {
+	if d.Allowed || d.Reason != ReasonGroupQuota {
 		t.Fatalf("third export: %+v, want group_quota", d)
 	}
 	// The headers report the bucket that decided, not the unconsulted
@@ -138,7 +138,7 @@ func TestGateGlobalBackstop(t *testing.T) {
 		mustCheck(t, g, req("ent-key", "GET", "/api/v1/search"))
 	}
 	d := mustCheck(t, g, req("ent-key", "GET", "/api/v1/search"))
-	if d.Allowed || d.Status != 503 || d.Reason != "global_backstop" || d.RetryAfter <= 0 {
+	if d.Allowed || d.Status != 503 || d.Reason != ReasonGlobalBackstop || d.RetryAfter <= 0 {
 		t.Fatalf("7th search: %+v, want 503 global_backstop", d)
 	}
 }
@@ -149,11 +149,11 @@ func TestGateUnauthenticated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := mustCheck(t, g, req("", "GET", "/x")); d.Status != 401 || d.Reason != "missing_key" {
+	if d := mustCheck(t, g, req("", "GET", "/x")); d.Status != 401 || d.Reason != ReasonMissingKey {
 		t.Fatalf("no key: %+v", d)
 	}
 	for range 9 {
-		if d := mustCheck(t, g, req("guess", "GET", "/x")); d.Status != 401 || d.Reason != "unknown_key" {
+		if d := mustCheck(t, g, req("guess", "GET", "/x")); d.Status != 401 || d.Reason != ReasonUnknownKey {
 			t.Fatalf("bad key: %+v", d)
 		}
 	}

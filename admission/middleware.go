@@ -58,7 +58,7 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		}
 		lease := d.Lease()
 		if d.Allowed && call == upstreamIsNext && !lease.StartUpstream(ctx) {
-			g.reject(&d, LayerAdaptive, http.StatusServiceUnavailable, "limit_reached", time.Second)
+			d.reject(ReasonLimitReached, time.Second)
 		}
 		if g.metrics != nil {
 			g.metrics.count(&d)
@@ -103,8 +103,7 @@ func (g *Gate) handlerPanicked(tw *trackingWriter, p any, reqID string) {
 	if tw.wrote {
 		panic(http.ErrAbortHandler)
 	}
-	WriteError(tw, http.StatusInternalServerError, &Rejection{Error: "internal_error", Layer: "upstream",
-		Reason: "handler_panic", RequestID: reqID, Message: "The request failed inside the service."})
+	WriteReason(tw, ReasonHandlerPanic, 0, reqID, "")
 }
 
 // trackingWriter notes whether the response has begun, so a panic handler
@@ -143,7 +142,7 @@ func (g *Gate) logDecision(ctx context.Context, d *Decision, reqID string) {
 		attrs = append(attrs, slog.String("decision", OutcomeAdmit))
 	} else {
 		attrs = append(attrs, slog.String("decision", OutcomeReject), slog.String("layer", d.Layer.String()),
-			slog.String("reason", d.Reason), slog.Int("status", d.Status), slog.Duration("retry_after", d.RetryAfter))
+			slog.String("reason", d.Reason.String()), slog.Int("status", d.Status), slog.Duration("retry_after", d.RetryAfter))
 	}
 	g.log.LogAttrs(ctx, slog.LevelDebug, "admission decision", attrs...)
 }

@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"net/http"
 	"sync/atomic"
 
 	"github.com/fairgate/fairgate/shed"
@@ -28,7 +27,7 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 		sp.s.SetAttributes(attrPool.String(pool), attrPriority.Int(int(prio)), attrThreshold.Int(int(ps.shedder.Threshold())))
 	}
 	if !ok {
-		g.reject(d, LayerShed, http.StatusServiceUnavailable, "priority", retry)
+		d.reject(ReasonPriority, retry)
 	}
 }
 

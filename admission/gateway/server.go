@@ -255,9 +255,7 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 		id := r.Header.Get(admission.HeaderRequestID)
 		max := s.cfg.Load().Server.MaxBodyBytes
 		if r.ContentLength > max {
-			admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{
-				Error: "request_too_large", Layer: "edge", Reason: "body_too_large", RequestID: id,
-				Message: "The request body is larger than this gateway accepts."})
+			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)
@@ -277,10 +275,7 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 func (s *Server) startUpstream(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d, ok := admission.FromContext(r.Context()); ok && !d.Lease().StartUpstream(r.Context()) {
-			admission.WriteError(w, http.StatusServiceUnavailable, &admission.Rejection{Error: "overloaded",
-				Layer: admission.LayerAdaptive.String(), Reason: "limit_reached", RetryAfter: 1,
-				RequestID: w.Header().Get(admission.HeaderRequestID),
-				Message:   "The service is overloaded (adaptive: limit_reached); this is not your quota. Retry after 1s."})
+			admission.WriteReason(w, admission.ReasonLimitReached, time.Second, w.Header().Get(admission.HeaderRequestID), "")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -304,19 +299,16 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
-		admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{Error: "request_too_large",
-			Layer: "edge", Reason: "body_too_large", RequestID: id, Message: "The request body is larger than this gateway accepts."})
+		admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 	case r.Context().Err() != nil:
 		s.log.InfoContext(r.Context(), "client closed request", "request_id", id, "status", admission.StatusClientClosedRequest)
 		w.WriteHeader(admission.StatusClientClosedRequest)
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		s.log.WarnContext(r.Context(), "upstream timeout", "request_id", id, "err", err)
-		admission.WriteError(w, http.StatusGatewayTimeout, &admission.Rejection{Error: "upstream_timeout",
-			Layer: "proxy", Reason: "timeout", RequestID: id, Message: "The upstream did not answer in time."})
+		admission.WriteReason(w, admission.ReasonUpstreamTimeout, 0, id, "")
 	default:
 		s.log.WarnContext(r.Context(), "upstream error", "request_id", id, "err", err)
-		admission.WriteError(w, http.StatusBadGateway, &admission.Rejection{Error: "bad_gateway",
-			Layer: "proxy", Reason: "upstream_unreachable", RequestID: id, Message: "The upstream could not be reached."})
+		admission.WriteReason(w, admission.ReasonUpstreamUnreachable, 0, id, "")
 	}
 }
 
