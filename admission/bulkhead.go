@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/fairgate/fairgate/bulkhead"
@@ -32,21 +31,21 @@ func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) erro
 	}
 	switch {
 	case err == nil:
-		d.held.seat = seat
+		d.lease.seat = seat
 		if g.metrics != nil {
 			g.metrics.queueWait.WithLabelValues(pool).Observe(seat.Waited().Seconds())
 		}
 	case errors.Is(err, bulkhead.ErrQueueFull):
-		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "queue_full", g.retryHint(pool))
+		d.reject(ReasonQueueFull, g.retryHint(pool))
 	case errors.Is(err, bulkhead.ErrWaitTimeout):
-		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
+		d.reject(ReasonWaitTimeout, g.retryHint(pool))
 	case errors.Is(err, context.DeadlineExceeded):
 		// The request's own deadline ended its wait: the client is
 		// still there (an embedding handler set the deadline), so it
 		// gets the bulkhead's answer, not a silent 499.
-		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "wait_timeout", g.retryHint(pool))
+		d.reject(ReasonWaitTimeout, g.retryHint(pool))
 	case errors.Is(err, bulkhead.ErrDraining):
-		g.reject(d, LayerBulkhead, http.StatusServiceUnavailable, "draining", time.Second)
+		d.reject(ReasonDraining, time.Second)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	default:

@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/fairgate/fairgate/shed"
@@ -34,7 +33,7 @@ func (g *Gate) admitConcurrency(ctx context.Context, d *Decision) {
 			sp.s.SetAttributes(attrMaxConcurrent.Int(limit), attrInFlight.Int(n))
 		}
 		if n >= limit {
-			g.reject(d, LayerConcurrency, http.StatusTooManyRequests, "max_concurrent", g.holdHint(d.pool()))
+			d.reject(ReasonMaxConcurrent, g.holdHint(d.pool()))
 		}
 		return
 	}
@@ -43,10 +42,10 @@ func (g *Gate) admitConcurrency(ctx context.Context, d *Decision) {
 		sp.s.SetAttributes(attrMaxConcurrent.Int(limit), attrInFlight.Int(g.caps.InFlight(t.ID)))
 	}
 	if !ok {
-		g.reject(d, LayerConcurrency, http.StatusTooManyRequests, "max_concurrent", g.holdHint(d.pool()))
+		d.reject(ReasonMaxConcurrent, g.holdHint(d.pool()))
 		return
 	}
-	d.held.slot = slot
+	d.lease.slot = slot
 }
 
 // capFor is the cap on d's tenant's executing requests that applies to d on

@@ -21,15 +21,18 @@ func ceilSeconds(d time.Duration, min int64) int64 {
 // before the response. It is logged, never seen by the client.
 const StatusClientClosedRequest = 499
 
-// Rejection is the JSON body of every rejection.
+// Rejection is the JSON body of every answer fairgate itself gives:
+// rejections, and the edge's and proxy's failures.
 type Rejection struct {
-	// Error is "unauthorized", "rate_limited" or "overloaded".
+	// Error is the kind of answer: "unauthorized", "rate_limited" (429:
+	// you sent too much), "overloaded" (503: we are), "request_too_large",
+	// "bad_request", "upstream_timeout", "bad_gateway" or "internal_error".
 	Error string `json:"error"`
-	// Message explains the rejection to a person.
+	// Message explains the answer to a person.
 	Message string `json:"message"`
-	// Layer names the pipeline layer that said no.
+	// Layer names the part of fairgate that answered.
 	Layer string `json:"layer"`
-	// Reason is the layer's machine word ("tenant_quota", "queue_full", …).
+	// Reason is the machine word ("tenant_quota", "queue_full", …).
 	Reason string `json:"reason"`
 	// RetryAfter repeats the Retry-After header, in whole seconds.
 	RetryAfter int64 `json:"retry_after"`
@@ -37,34 +40,41 @@ type Rejection struct {
 	RequestID string `json:"request_id"`
 }
 
-// WriteRejection writes d's rejection: status, Retry-After and the JSON
-// body. It is the one place a rejection becomes a response.
+// WriteRejection writes d's rejection as the client contract says: status,
+// Retry-After and the JSON body, from the row of d.Reason.
 func WriteRejection(w http.ResponseWriter, d *Decision, reqID string) {
-	body := Rejection{Layer: d.Layer.String(), Reason: d.Reason, RequestID: reqID}
-	h := w.Header()
-	switch d.Status {
-	case http.StatusUnauthorized:
-		body.Error = "unauthorized"
-		body.Message = "A valid API key is required: send it as \"Authorization: Bearer KEY\" or \"X-API-Key: KEY\"."
-		if d.Reason == "unknown_key" {
-			body.Message = "The API key is not valid."
-		}
-		h.Set("WWW-Authenticate", `Bearer realm="fairgate"`)
-	case http.StatusTooManyRequests:
-		body.Error = "rate_limited"
-		body.RetryAfter = ceilSeconds(d.RetryAfter, 1)
-		body.Message = tooManyMessage(d, body.RetryAfter)
-	default:
-		body.Error = "overloaded"
-		body.RetryAfter = ceilSeconds(d.RetryAfter, 1)
-		body.Message = "The service is overloaded (" + d.Layer.String() + ": " + d.Reason + "); this is not your quota. Retry after " + strconv.FormatInt(body.RetryAfter, 10) + "s."
-	}
-	WriteError(w, d.Status, &body)
+	writeReason(w, d.Reason, d.RetryAfter, reqID, d, "")
 }
 
-// WriteError writes a JSON error body with status, and Retry-After when
-// body.RetryAfter is set. Edge errors (413, 502, 504) use it too, so every
-// error a client sees from fairgate has the same shape.
+// WriteReason writes the contract's answer for r outside a decision: the
+// edge's and the proxy's failures (413, 400, 502, 504, 500) and a 503 of
+// the adaptive layer at Lease.StartUpstream. retry is the Retry-After of a
+// 429 or 503 (at least one second is sent); detail, when set, completes the
+// messages that take one (ReasonMalformedBody: what was wrong).
+func WriteReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID, detail string) {
+	writeReason(w, r, retry, reqID, nil, detail)
+}
+
+// writeReason is the one place an answer of fairgate's own becomes a
+// response.
+func writeReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID string, d *Decision, detail string) {
+	row := r.row()
+	body := Rejection{Error: row.errWord, Layer: row.layer.String(), Reason: row.word, RequestID: reqID,
+		Message: r.message(d, detail)}
+	switch row.status {
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate"`)
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		body.RetryAfter = ceilSeconds(retry, 1)
+		body.Message += " Retry after " + strconv.FormatInt(body.RetryAfter, 10) + "s."
+	}
+	WriteError(w, row.status, &body)
+}
+
+// WriteError writes body as JSON with status, and Retry-After when
+// body.RetryAfter is set. Fairgate's own answers go through WriteReason;
+// this is for a front end that must answer in the same shape for reasons
+// of its own (the benchmark's baseline limiters).
 func WriteError(w http.ResponseWriter, status int, body *Rejection) {
 	h := w.Header()
 	if body.RetryAfter > 0 {
@@ -75,19 +85,4 @@ func WriteError(w http.ResponseWriter, status int, body *Rejection) {
 	w.WriteHeader(status)
 	b, _ := json.Marshal(body) // a struct of strings and ints cannot fail
 	w.Write(append(b, '\n'))
-}
-
-func tooManyMessage(d *Decision, retry int64) string {
-	after := " Retry after " + strconv.FormatInt(retry, 10) + "s."
-	switch d.Reason {
-	case "tenant_quota":
-		return "Tenant " + d.Tenant.ID + " is over its " + d.Tenant.Tier + " rate quota (" + d.Route.Name + " costs " + strconv.FormatFloat(d.Route.Cost, 'f', -1, 64) + " tokens)." + after
-	case "group_quota":
-		return "Tenant " + d.Tenant.ID + " is over its quota for " + d.Route.Group + " requests." + after
-	case "too_many_failed_attempts":
-		return "Too many requests without a valid API key from this address." + after
-	case "max_concurrent":
-		return "Tenant " + d.Tenant.ID + " has too many requests in flight." + after
-	}
-	return "Too many requests." + after
 }

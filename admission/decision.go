@@ -21,9 +21,14 @@ const (
 	LayerShed
 	LayerBulkhead
 	LayerAdaptive
+	// Not layers of the pipeline: where fairgate's other answers come from
+	// (the edge's body limit, the proxy, an embedded handler's panic).
+	LayerEdge
+	LayerProxy
+	LayerUpstream
 )
 
-var layerNames = [...]string{"none", "identify", "rate", "concurrency", "shed", "bulkhead", "adaptive"}
+var layerNames = [...]string{"none", "identify", "rate", "concurrency", "shed", "bulkhead", "adaptive", "edge", "proxy", "upstream"}
 
 // String returns the layer's name as it appears in the JSON body, spans and
 // metrics ("rate", "bulkhead", …).
@@ -45,9 +50,9 @@ type Decision struct {
 	// Layer is the layer that rejected the request (LayerNone when
 	// allowed).
 	Layer Layer
-	// Reason is a short machine word for the rejection, such as
-	// "tenant_quota", "global_backstop", "unknown_key" or "queue_full".
-	Reason string
+	// Reason is why the request was rejected (ReasonNone when allowed);
+	// Status and Layer are its row of the client contract.
+	Reason Reason
 	// RetryAfter is how long the client should wait before retrying; set on
 	// every rejection, at least one second when written to the client.
 	RetryAfter time.Duration
@@ -64,7 +69,7 @@ type Decision struct {
 	// NQuotas is how many of Quotas are set.
 	NQuotas int
 
-	held held
+	lease Lease
 
 	// backstop is the global backstop's answer, when it was asked.
 	backstop    ratelimit.BackstopResult
@@ -84,17 +89,6 @@ type QuotaState struct {
 	Remaining float64
 	Reset     time.Duration
 }
-
-// Done releases what the admitted request holds in the later layers
-// (concurrency slot, bulkhead seat, adaptive permit). Call it exactly once
-// when the request has finished; calling it again does nothing. ok says
-// whether the upstream answered (its latency then teaches the adaptive
-// limit) or the request ended without telling anything about capacity
-// (client gone, cancelled).
-//
-// Done must be called on the Decision that Check returned (or a pointer to
-// it), not on several copies of it.
-func (d *Decision) Done(ok bool) { d.held.release(ok) }
 
 // Errors of the admission package.
 var (

@@ -50,8 +50,12 @@ func simulate(t *testing.T, g *Gate, loads []simLoad, dur time.Duration) map[str
 						return
 					}
 					if d.Allowed {
-						time.Sleep(l.service)
-						d.Done(true)
+						lease := d.Lease()
+						if lease.StartUpstream(context.Background()) {
+							time.Sleep(l.service)
+							lease.Answered()
+						}
+						lease.Release()
 					}
 					mu.Lock()
 					defer mu.Unlock()
@@ -59,7 +63,7 @@ func simulate(t *testing.T, g *Gate, loads []simLoad, dur time.Duration) map[str
 					if d.Allowed {
 						c.ok++
 					} else {
-						c.by[d.Layer.String()+"/"+d.Reason]++
+						c.by[d.Layer.String()+"/"+d.Reason.String()]++
 					}
 				})
 			}

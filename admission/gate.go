@@ -28,11 +28,6 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the gate's logs. Nil discards them.
 	Logger *slog.Logger
-	// DeferAdaptive moves the adaptive permit from Check to the upstream
-	// call itself: the caller brackets the call with
-	// Decision.StartUpstream and Decision.UpstreamAnswered. A reverse
-	// proxy should, so that client I/O never counts as upstream latency.
-	DeferAdaptive bool
 	// Instances is how many gateway instances share the store. Concurrency
 	// caps are kept per instance, so each instance enforces
 	// ceil(max_concurrent / Instances). Zero means 1.
@@ -58,10 +53,8 @@ type Gate struct {
 	now       func() time.Time
 	log       *slog.Logger
 	instances int
-	// deferAdaptive: the permit is taken by Decision.StartUpstream.
-	deferAdaptive bool
-	tracer        trace.Tracer // nil: no layer spans
-	metrics       *Metrics     // nil: no metrics
+	tracer    trace.Tracer // nil: no layer spans
+	metrics   *Metrics     // nil: no metrics
 
 	// The later layers keep state across reloads; nil means off.
 	caps     *bulkhead.Caps
@@ -106,7 +99,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
-	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances, deferAdaptive: o.DeferAdaptive,
+	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	if err := g.checkStore(c); err != nil {
@@ -159,7 +152,10 @@ type Request struct {
 
 // Check runs the pipeline for one request. It returns the decision; the
 // error is for faults only (a cancelled context). When the decision is
-// allowed, the caller must call Decision.Done once the request finishes.
+// allowed, the request holds a lease (Decision.Lease): call its
+// StartUpstream just before the upstream call (the adaptive layer runs
+// there), Answered when the upstream answered, and Release once the
+// request is done.
 func (g *Gate) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := g.check(ctx, req)
 	if g.metrics != nil && err == nil {
@@ -170,18 +166,18 @@ func (g *Gate) Check(ctx context.Context, req Request) (Decision, error) {
 
 // check runs the layers in order, cheapest first, and stops at the first
 // that says no. The layers from the concurrency cap on hold something
-// while the request is served (d.held); when a later layer says no, or
+// while the request is served (d.lease); when a later layer says no, or
 // panics (a bug), what the earlier ones took is given back here.
 func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	c := g.cfg.Load()
 	d.Route = c.routes.lookup(req.Method, req.Path)
 	defer func() {
 		if p := recover(); p != nil {
-			d.held.release(false)
+			d.lease.Release()
 			panic(p)
 		}
 		if !d.Allowed {
-			d.held.release(false)
+			d.lease.Release()
 		}
 	}()
 	if g.identify(ctx, c, req, &d); d.Status != 0 {
@@ -190,7 +186,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	if err := g.rate(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err
 	}
-	d.held.g = g
+	d.lease.g = g
 	if g.admitConcurrency(ctx, &d); d.Status != 0 {
 		return d, nil
 	}
@@ -200,9 +196,8 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	if err := g.admitBulkhead(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err
 	}
-	if g.admitAdaptive(ctx, &d); d.Status != 0 {
-		return d, nil
-	}
+	// The adaptive layer guards the upstream call itself: the lease runs
+	// it (Lease.StartUpstream).
 	d.Allowed = true
 	return d, nil
 }
@@ -216,11 +211,13 @@ func (d *Decision) pool() string {
 	return d.Tenant.Pool
 }
 
-func (g *Gate) reject(d *Decision, l Layer, status int, reason string, retry time.Duration) {
+// reject makes d a rejection for reason r: the status and layer come from
+// the client contract's row for r.
+func (d *Decision) reject(r Reason, retry time.Duration) {
 	d.Allowed = false
-	d.Layer = l
-	d.Status = status
-	d.Reason = reason
+	d.Reason = r
+	d.Layer = r.Layer()
+	d.Status = r.Status()
 	d.RetryAfter = retry
 }
 

@@ -59,7 +59,7 @@ func mustCheck(t *testing.T, g *Gate, r Request) Decision {
 		t.Fatal(err)
 	}
 	if d.Allowed {
-		d.Done(true)
+		d.Lease().Release()
 	}
 	return d
 }
@@ -77,7 +77,7 @@ func TestGateRateLayer(t *testing.T) {
 		}
 	}
 	d := mustCheck(t, g, req("start-key", "GET", "/api/v1/search"))
-	if d.Allowed || d.Status != 429 || d.Layer != LayerRate || d.Reason != "tenant_quota" {
+	if d.Allowed || d.Status != 429 || d.Layer != LayerRate || d.Reason != ReasonTenantQuota {
 		t.Fatalf("6th search: %+v, want 429 from rate", d)
 	}
 	if d.RetryAfter != time.Second { // 5 tokens at 5/s
@@ -109,7 +109,7 @@ func TestGateRouteGroup(t *testing.T) {
 		t.Fatalf("first export: %+v", d)
 	}
 	d := mustCheck(t, g, req("start-key", "POST", "/api/v1/reports/export"))
-	if d.Allowed || d.Reason != "tenant_quota" {
+	if d.Allowed || d.Reason != ReasonTenantQuota {
 		t.Fatalf("second export: %+v, want tenant_quota", d)
 	}
 	// The denied export still took its 20 from the group (no refunds: see
@@ -117,7 +117,7 @@ func TestGateRouteGroup(t *testing.T) {
 	// holds only 5.
 	clk.Advance(10 * time.Second)
 	d = mustCheck(t, g, req("start-key", "POST", "/api/v1/reports/export"))
-	if d.Allowed || d.Reason != "group_quota" {
+	if d.Allowed || d.Reason != ReasonGroupQuota {
 		t.Fatalf("third export: %+v, want group_quota", d)
 	}
 	// The headers report the bucket that decided, not the unconsulted
@@ -171,7 +171,7 @@ func backstopSqueeze(t *testing.T, clk *fakeclock.Clock, store ratelimit.Store) 
 		sent[id]++
 		if d.Allowed {
 			ok[id]++
-		} else if d.Status != 503 || d.Reason != "global_backstop" || d.RetryAfter <= 0 {
+		} else if d.Status != 503 || d.Reason != ReasonGlobalBackstop || d.RetryAfter <= 0 {
 			t.Fatalf("%s: %+v", id, d)
 		}
 	}
@@ -226,11 +226,11 @@ func TestGateUnauthenticated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := mustCheck(t, g, req("", "GET", "/x")); d.Status != 401 || d.Reason != "missing_key" {
+	if d := mustCheck(t, g, req("", "GET", "/x")); d.Status != 401 || d.Reason != ReasonMissingKey {
 		t.Fatalf("no key: %+v", d)
 	}
 	for range 9 {
-		if d := mustCheck(t, g, req("guess", "GET", "/x")); d.Status != 401 || d.Reason != "unknown_key" {
+		if d := mustCheck(t, g, req("guess", "GET", "/x")); d.Status != 401 || d.Reason != ReasonUnknownKey {
 			t.Fatalf("bad key: %+v", d)
 		}
 	}

@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"net/http"
 	"net/netip"
 	"strings"
 
@@ -25,7 +24,7 @@ func (g *Gate) identify(ctx context.Context, c *compiled, req Request, d *Decisi
 	if !ok {
 		g.rejectUnauthenticated(c, req, key != "", d)
 		if sp.on() {
-			sp.s.SetAttributes(attrAuth.String(d.Reason))
+			sp.s.SetAttributes(attrAuth.String(d.Reason.String()))
 		}
 		return
 	}
@@ -45,11 +44,11 @@ func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool, d
 	res := g.unauth.TakeAt(g.now().UnixNano(), ratelimit.BucketKey{Tenant: ip, Scope: "unauthenticated"}, c.unauth, 1)
 	switch {
 	case !res.Allowed:
-		g.reject(d, LayerIdentify, http.StatusTooManyRequests, "too_many_failed_attempts", res.RetryAfter)
+		d.reject(ReasonTooManyFailedAttempts, res.RetryAfter)
 	case presented:
-		g.reject(d, LayerIdentify, http.StatusUnauthorized, "unknown_key", 0)
+		d.reject(ReasonUnknownKey, 0)
 	default:
-		g.reject(d, LayerIdentify, http.StatusUnauthorized, "missing_key", 0)
+		d.reject(ReasonMissingKey, 0)
 	}
 }
 

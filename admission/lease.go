@@ -1,79 +1,101 @@
 package admission
 
 import (
+	"context"
+
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
 )
 
-// held is what a request took from the layers that hold something while it
-// is served. The zero value holds nothing; releasing twice is harmless.
-type held struct {
-	g      *Gate
+// Lease is what an admitted request holds while it is served: the tenant's
+// concurrency slot, a bulkhead seat, its pool's shedder (to count the
+// completion) and, once the upstream call starts, an adaptive permit.
+//
+// The life of a lease, for a caller that makes the upstream call itself
+// (a reverse proxy; Gate.ProxyMiddleware leaves these calls to it):
+//
+//	if !lease.StartUpstream(ctx) { … 503 ReasonLimitReached … }
+//	resp, err := call upstream
+//	if err == nil { lease.Answered() } // the limit learns the latency
+//	…
+//	lease.Release()                    // always, once the request is done
+//
+// Gate.Middleware does all three around the handler it wraps.
+//
+// Every method may be called more than once and in any state: each resource
+// is given back exactly once, and after Release the lease holds nothing. The
+// zero Lease holds nothing. A Lease is not safe for concurrent use, and must
+// not be copied once the request is admitted: use the one Decision.Lease
+// returns.
+type Lease struct {
+	g      *Gate // nil: holds nothing
 	slot   bulkhead.Slot
 	seat   bulkhead.Seat
-	permit shed.Permit
 	shed   *poolShed
-	// answered is set by UpstreamAnswered: the permit is released and
-	// the completion counted already.
-	answered bool
+	permit shed.Permit
+	// started: StartUpstream ran (a permit is held, or there is no adaptive
+	// layer to hold one of). answered: Answered ran (the permit is
+	// released and the completion counted).
+	started, answered bool
 }
 
-// release gives everything back, last taken first. ok says the upstream
-// answered: its latency teaches the adaptive limit, and the pool's shedder
-// counts a completion. Otherwise the permit is dropped without learning.
-// With a deferred adaptive layer (Options.DeferAdaptive) only
-// UpstreamAnswered teaches and counts: release then just gives back.
-func (h *held) release(ok bool) {
-	if h.g == nil {
-		return
-	}
-	if !h.answered {
-		if ok && !h.g.deferAdaptive {
-			h.permit.Record()
-			if h.shed != nil {
-				h.shed.completed.Add(1)
-			}
-		} else {
-			h.permit.Drop()
-		}
-	}
-	h.seat.Release()
-	h.slot.Release()
-	*h = held{}
-}
+// Lease returns what the admitted request holds. It is the lease of d
+// itself, so call it on the Decision that Check returned (or the one
+// FromContext gives), not on a copy.
+func (d *Decision) Lease() *Lease { return &d.lease }
 
-// StartUpstream takes the adaptive permit just before the upstream call,
-// for a gate built with Options.DeferAdaptive (the gateway does this, so
-// that the limit learns the upstream's latency and not the time a client
-// takes to send its body or read the answer). With bulkhead pools it
+// StartUpstream runs the adaptive layer for the upstream call about to
+// start, so that the adaptive limit times the upstream alone and not the
+// client sending its body or reading the answer. With bulkhead pools it
 // always reports true (the pools enforce the learned total; a request
 // without a permit just teaches nothing). Without pools, false means the
-// adaptive limit is reached: answer 503 with layer "adaptive" and call Done.
-func (d *Decision) StartUpstream() bool {
-	g := d.held.g
-	if g == nil || g.limiter == nil || !g.deferAdaptive {
+// adaptive limit is reached: the lease is released, and the request gets a
+// 503 with ReasonLimitReached. It reports true when the lease holds
+// nothing, and on every call after the first.
+func (l *Lease) StartUpstream(ctx context.Context) bool {
+	if l.g == nil || l.started {
 		return true
 	}
-	p, ok := g.limiter.TryAcquire()
-	if !ok && g.pools == nil {
+	l.started = true
+	p, ok := l.g.admitAdaptive(ctx)
+	if !ok {
+		l.Release()
 		return false
 	}
-	d.held.permit = p
+	l.permit = p
 	return true
 }
 
-// UpstreamAnswered tells the gate the upstream's response headers arrived:
-// the adaptive limit learns the call's latency now and the pool counts a
-// completion, whatever happens to the response body afterwards. Done still
-// releases the seat and slot.
-func (d *Decision) UpstreamAnswered() {
-	h := &d.held
-	if h.g == nil || h.answered {
+// Answered tells the gate the upstream answered (its response headers
+// arrived, or the wrapped handler returned): the adaptive limit learns the
+// call's latency now and the pool's shedder counts a completion, whatever
+// happens to the response body afterwards. Release still gives back the
+// seat and slot. Call it only for a call that says something about the
+// upstream's capacity, not when the upstream could not be reached or the
+// client went away.
+func (l *Lease) Answered() {
+	if l.g == nil || l.answered {
 		return
 	}
-	h.answered = true
-	h.permit.Record()
-	if h.shed != nil {
-		h.shed.completed.Add(1)
+	l.answered = true
+	l.permit.Record()
+	if l.shed != nil {
+		l.shed.completed.Add(1)
 	}
+}
+
+// Release gives back everything the lease holds, last taken first: the
+// permit (without learning, unless Answered ran), the seat and the slot.
+// Call it once the request is done, whatever happened; later calls do
+// nothing.
+func (l *Lease) Release() {
+	if l.g == nil {
+		return
+	}
+	if !l.answered {
+		l.permit.Drop()
+	}
+	l.seat.Release()
+	l.slot.Release()
+	*l = Lease{}
 }

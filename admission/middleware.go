@@ -5,16 +5,41 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Middleware returns the gate as net/http middleware: requests the pipeline
-// admits go on to next with X-Tenant-Id and X-Tenant-Tier set; the others
-// get the client-contract rejection and next never sees them (nor is their
-// body read).
+// Middleware returns the gate as net/http middleware, for a service that
+// embeds it: next is the upstream. Requests the pipeline admits go on to
+// next with X-Tenant-Id and X-Tenant-Tier set; the others get the
+// client-contract rejection and next never sees them (nor is their body
+// read). The request's lease is started just before next runs, answered
+// when next returns with the request's context still alive, and released
+// after.
 func (g *Gate) Middleware(next http.Handler) http.Handler {
+	return g.middleware(next, upstreamIsNext)
+}
+
+// ProxyMiddleware is Middleware for a handler that makes the upstream call
+// itself, such as a reverse proxy that first buffers the request body: next
+// finds the lease with FromContext and calls its StartUpstream and
+// Answered around the call, so the adaptive limit times the upstream alone.
+// The middleware releases the lease when next returns.
+func (g *Gate) ProxyMiddleware(next http.Handler) http.Handler {
+	return g.middleware(next, upstreamCalledByNext)
+}
+
+// upstreamCall says where the upstream call is, for the lease.
+type upstreamCall uint8
+
+const (
+	upstreamIsNext       upstreamCall = iota // the wrapped handler is the upstream
+	upstreamCalledByNext                     // the wrapped handler calls it and drives the lease
+)
+
+func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		prio, hasPrio := g.trustedPriority(r)
 		stripClientHeaders(r.Header)
@@ -23,18 +48,26 @@ func (g *Gate) Middleware(next http.Handler) http.Handler {
 			reqID = NewRequestID()
 			w.Header().Set(HeaderRequestID, reqID)
 		}
-		d, err := g.Check(r.Context(), Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, RemoteAddr: r.RemoteAddr,
+		ctx := r.Context()
+		d, err := g.check(ctx, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, RemoteAddr: r.RemoteAddr,
 			Priority: prio, HasPriority: hasPrio})
 		if err != nil {
 			// The client went away while we decided; nobody reads this.
 			w.WriteHeader(StatusClientClosedRequest)
 			return
 		}
-		if sp := trace.SpanFromContext(r.Context()); sp.IsRecording() {
+		lease := d.Lease()
+		if d.Allowed && call == upstreamIsNext && !lease.StartUpstream(ctx) {
+			d.reject(ReasonLimitReached, time.Second)
+		}
+		if g.metrics != nil {
+			g.metrics.count(&d)
+		}
+		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 			d.Annotate(sp)
 		}
-		if g.log.Enabled(r.Context(), slog.LevelDebug) {
-			g.logDecision(r.Context(), &d, reqID)
+		if g.log.Enabled(ctx, slog.LevelDebug) {
+			g.logDecision(ctx, &d, reqID)
 		}
 		writeRateLimitHeaders(w.Header(), &d)
 		if !d.Allowed {
@@ -42,17 +75,18 @@ func (g *Gate) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		tw := &trackingWriter{ResponseWriter: w}
-		ok := false
 		defer func() {
-			d.Done(ok)
+			lease.Release()
 			if p := recover(); p != nil {
 				g.handlerPanicked(tw, p, reqID)
 			}
 		}()
 		r.Header.Set(HeaderTenantID, d.Tenant.ID)
 		r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
-		next.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), decisionKey{}, &d)))
-		ok = r.Context().Err() == nil
+		next.ServeHTTP(tw, r.WithContext(context.WithValue(ctx, decisionKey{}, &d)))
+		if call == upstreamIsNext && ctx.Err() == nil {
+			lease.Answered()
+		}
 	})
 }
 
@@ -69,8 +103,7 @@ func (g *Gate) handlerPanicked(tw *trackingWriter, p any, reqID string) {
 	if tw.wrote {
 		panic(http.ErrAbortHandler)
 	}
-	WriteError(tw, http.StatusInternalServerError, &Rejection{Error: "internal_error", Layer: "upstream",
-		Reason: "handler_panic", RequestID: reqID, Message: "The request failed inside the service."})
+	WriteReason(tw, ReasonHandlerPanic, 0, reqID, "")
 }
 
 // trackingWriter notes whether the response has begun, so a panic handler
@@ -109,7 +142,7 @@ func (g *Gate) logDecision(ctx context.Context, d *Decision, reqID string) {
 		attrs = append(attrs, slog.String("decision", OutcomeAdmit))
 	} else {
 		attrs = append(attrs, slog.String("decision", OutcomeReject), slog.String("layer", d.Layer.String()),
-			slog.String("reason", d.Reason), slog.Int("status", d.Status), slog.Duration("retry_after", d.RetryAfter))
+			slog.String("reason", d.Reason.String()), slog.Int("status", d.Status), slog.Duration("retry_after", d.RetryAfter))
 	}
 	g.log.LogAttrs(ctx, slog.LevelDebug, "admission decision", attrs...)
 }

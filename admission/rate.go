@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
@@ -22,8 +21,8 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 				attrBackstopShare.Float64(round3(b.Share)), attrBackstopWithin.Bool(b.WithinShare))
 		}
 		if d.Layer == LayerRate {
-			sp.s.SetAttributes(attrBucket.String(d.Reason))
-			if d.Reason == "store_unavailable" {
+			sp.s.SetAttributes(attrBucket.String(d.Reason.String()))
+			if d.Reason == ReasonStoreUnavailable {
 				sp.s.SetAttributes(attrPolicy.String("fail_closed"))
 			}
 		}
@@ -51,7 +50,7 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 			d.Quotas[1] = quotaState(r.Group, l, res)
 			d.NQuotas = 2
 			if !res.Allowed {
-				g.reject(d, LayerRate, http.StatusTooManyRequests, "group_quota", res.RetryAfter)
+				d.reject(ReasonGroupQuota, res.RetryAfter)
 				// Report the bucket that decided; the tenant's own was
 				// not consulted, so its state is unknown here.
 				d.Quotas[0], d.Quotas[1], d.NQuotas = d.Quotas[1], QuotaState{}, 1
@@ -69,7 +68,7 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 		d.NQuotas = 1
 	}
 	if !res.Allowed {
-		g.reject(d, LayerRate, http.StatusTooManyRequests, "tenant_quota", res.RetryAfter)
+		d.reject(ReasonTenantQuota, res.RetryAfter)
 		return nil
 	}
 	if c.global != nil {
@@ -82,7 +81,7 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 			// Only a tenant above its fair share of the global rate is
 			// refused while another is within its own: an overload
 			// (503), caused by this tenant's share of the traffic.
-			g.reject(d, LayerRate, http.StatusServiceUnavailable, "global_backstop", res.RetryAfter)
+			d.reject(ReasonGlobalBackstop, res.RetryAfter)
 		}
 	}
 	return nil
@@ -112,7 +111,7 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 	if errors.As(err, &h) && h.RetryAfterHint() > 0 {
 		retry = h.RetryAfterHint()
 	}
-	g.reject(d, LayerRate, http.StatusServiceUnavailable, "store_unavailable", retry)
+	d.reject(ReasonStoreUnavailable, retry)
 	if g.metrics != nil {
 		g.metrics.storeErrs.WithLabelValues("fail_closed").Inc()
 	}

@@ -95,7 +95,7 @@ func TestManyTenantsMemoryPlateaus(t *testing.T) {
 				if err != nil || !d.Allowed {
 					t.Fatalf("tenant %d: %+v %v", i, d, err)
 				}
-				d.Done(true)
+				d.Lease().Release()
 			}
 			peak = max(peak, store.Len())
 			if w == 0 || w%5 == 4 || w == windows-1 {

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"math"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -31,7 +30,7 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	}
 	sp := g.layerSpan(ctx, SpanShed)
 	defer sp.end(d, LayerShed)
-	d.held.shed = ps
+	d.lease.shed = ps
 	g.observe(ps, pool)
 	within, use, share := false, 0.0, 0.0
 	if g.pools != nil && !g.shareBlind {
@@ -56,7 +55,7 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 		ok, retry = false, time.Duration(g.floorRetry.Load())
 	}
 	if !ok {
-		g.reject(d, LayerShed, http.StatusServiceUnavailable, "priority", max(retry, time.Second))
+		d.reject(ReasonPriority, max(retry, time.Second))
 	}
 }
 

@@ -96,12 +96,18 @@ func (s span) on() bool { return s.s != nil }
 // end ends the span; when layer rejected d, its status is Error with the
 // reason.
 func (s span) end(d *Decision, layer Layer) {
+	s.endLayer(layer, d.Status != 0 && d.Layer == layer, d.Reason)
+}
+
+// endLayer ends the span of layer; when the layer rejected the request, its
+// status is Error with the reason.
+func (s span) endLayer(layer Layer, rejected bool, reason Reason) {
 	if s.s == nil {
 		return
 	}
-	if d.Status != 0 && d.Layer == layer {
-		s.s.SetAttributes(AttrReason.String(d.Reason))
-		s.s.SetStatus(codes.Error, layer.String()+": "+d.Reason)
+	if rejected {
+		s.s.SetAttributes(AttrReason.String(reason.String()))
+		s.s.SetStatus(codes.Error, layer.String()+": "+reason.String())
 	}
 	s.s.End()
 }
@@ -126,9 +132,9 @@ func (d *Decision) Annotate(sp trace.Span) {
 		return
 	}
 	attrs = append(attrs, AttrDecision.String(OutcomeReject), AttrRejectedBy.String(d.Layer.String()),
-		AttrReason.String(d.Reason), AttrRetryAfter.Int64(ceilSeconds(d.RetryAfter, 0)))
+		AttrReason.String(d.Reason.String()), AttrRetryAfter.Int64(ceilSeconds(d.RetryAfter, 0)))
 	sp.SetAttributes(attrs...)
-	sp.SetStatus(codes.Error, "rejected by "+d.Layer.String()+": "+d.Reason)
+	sp.SetStatus(codes.Error, "rejected by "+d.Layer.String()+": "+d.Reason.String())
 }
 
 // Metrics are the gate's Prometheus metrics. Build them with NewMetrics on
@@ -163,7 +169,7 @@ type Metrics struct {
 
 type rejectLabels struct {
 	layer  Layer
-	reason string
+	reason Reason
 	status int
 }
 
@@ -266,7 +272,7 @@ func (m *Metrics) count(d *Decision) {
 	c = m.rejected[rk]
 	m.mu.RUnlock()
 	if c == nil {
-		c = m.rejects.WithLabelValues(d.Layer.String(), d.Reason, strconv.Itoa(d.Status))
+		c = m.rejects.WithLabelValues(d.Layer.String(), d.Reason.String(), strconv.Itoa(d.Status))
 		m.mu.Lock()
 		m.rejected[rk] = c
 		m.mu.Unlock()

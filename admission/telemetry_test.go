@@ -47,7 +47,7 @@ func TestLayerSpans(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.Annotate(root)
-		d.Done(true)
+		d.Lease().Release()
 		root.End()
 		var out []sdktrace.ReadOnlySpan
 		for _, s := range rec.Ended() {
@@ -152,10 +152,11 @@ func runBenchCheck(ctx context.Context, b *testing.B, g *Gate) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			d, _ := g.Check(ctx, r)
-			if !d.Allowed {
+			if !d.Allowed || !d.Lease().StartUpstream(ctx) {
 				b.Fatal("rejected")
 			}
-			d.Done(true)
+			d.Lease().Answered()
+			d.Lease().Release()
 		}
 	})
 }

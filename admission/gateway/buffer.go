@@ -42,22 +42,20 @@ func (s *Server) bufferRequests(next http.Handler) http.Handler {
 		if _, err := buf.ReadFrom(r.Body); err != nil {
 			// Never reached the upstream: release without learning.
 			if d, ok := admission.FromContext(r.Context()); ok {
-				d.Done(false)
+				d.Lease().Release()
 			}
 			id := w.Header().Get(admission.HeaderRequestID)
 			var mbe *http.MaxBytesError
 			w.Header().Set("Connection", "close")
 			if errors.As(err, &mbe) {
-				admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{Error: "request_too_large",
-					Layer: "edge", Reason: "body_too_large", RequestID: id, Message: "The request body is larger than this gateway accepts."})
+				admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 				return
 			}
 			if r.Context().Err() != nil {
 				w.WriteHeader(admission.StatusClientClosedRequest)
 				return
 			}
-			admission.WriteError(w, http.StatusBadRequest, &admission.Rejection{Error: "bad_request",
-				Layer: "edge", Reason: "malformed_body", RequestID: id, Message: "The request body could not be read: " + err.Error() + "."})
+			admission.WriteReason(w, admission.ReasonMalformedBody, 0, id, err.Error())
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))

@@ -299,8 +299,8 @@ func (b *lockedBuffer) records(t *testing.T) []map[string]any {
 
 // TestUpstreamDownDoesNotRaiseAdaptiveLimit: while the upstream refuses
 // connections, its fast 502s say nothing about its capacity, so the
-// adaptive limit (and the pools' seats) must not rise. Decision.Done's
-// contract says ok is "the upstream answered"; a 502 is not an answer.
+// adaptive limit (and the pools' seats) must not rise. Lease.Answered's
+// contract is "the upstream answered"; a 502 is not an answer.
 func TestUpstreamDownDoesNotRaiseAdaptiveLimit(t *testing.T) {
 	base, _, srv, fp := startFaulty(t, func(c *Config) {
 		c.Admission.Adaptive = &shed.AdaptiveConfig{Min: 1, Max: 64, Initial: 4, MaxLatency: 100 * time.Millisecond}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"github.com/fairgate/fairgate/internal/fakeclock"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/internal/fakeclock"
 )
 
 // recorder is the upstream of the end-to-end tests: it records what it saw.

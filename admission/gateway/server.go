@@ -115,7 +115,7 @@ func New(cfg Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger, Instances: instances,
-		TracerProvider: o.TracerProvider, Metrics: tel.metrics, DeferAdaptive: true})
+		TracerProvider: o.TracerProvider, Metrics: tel.metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			// Headers are in: the adaptive limit learns the upstream's
 			// latency now, not the time the client takes to read the body.
 			if d, ok := admission.FromContext(resp.Request.Context()); ok {
-				d.UpstreamAnswered()
+				d.Lease().Answered()
 			}
 			return upstreamAnswered(resp)
 		},
@@ -161,7 +161,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.Use(echo.WrapMiddleware(s.hygiene))
-	e.Use(gate.Echo())
+	e.Use(echo.WrapMiddleware(gate.ProxyMiddleware))
 	upstream := s.bufferRequests(s.startUpstream(tel.upstreamSpan(proxy)))
 	e.Any("/*", echo.WrapHandler(upstream))
 	e.Any("/", echo.WrapHandler(upstream))
@@ -255,9 +255,7 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 		id := r.Header.Get(admission.HeaderRequestID)
 		max := s.cfg.Load().Server.MaxBodyBytes
 		if r.ContentLength > max {
-			admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{
-				Error: "request_too_large", Layer: "edge", Reason: "body_too_large", RequestID: id,
-				Message: "The request body is larger than this gateway accepts."})
+			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)
@@ -276,12 +274,8 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 // Without pools a reached limit is a 503 from the adaptive layer here.
 func (s *Server) startUpstream(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d, ok := admission.FromContext(r.Context()); ok && !d.StartUpstream() {
-			d.Done(false)
-			admission.WriteError(w, http.StatusServiceUnavailable, &admission.Rejection{Error: "overloaded",
-				Layer: admission.LayerAdaptive.String(), Reason: "limit_reached", RetryAfter: 1,
-				RequestID: w.Header().Get(admission.HeaderRequestID),
-				Message:   "The service is overloaded (adaptive: limit_reached); this is not your quota. Retry after 1s."})
+		if d, ok := admission.FromContext(r.Context()); ok && !d.Lease().StartUpstream(r.Context()) {
+			admission.WriteReason(w, admission.ReasonLimitReached, time.Second, w.Header().Get(admission.HeaderRequestID), "")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -297,27 +291,24 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	upstreamFailed(r, err)
 	// The upstream did not answer: release now, without teaching the
 	// adaptive limit that this was a healthy call (the middleware's later
-	// Done does nothing). A call held past max_latency still cuts it.
+	// Release does nothing). A call held past max_latency still cuts it.
 	if d, ok := admission.FromContext(r.Context()); ok {
-		d.Done(false)
+		d.Lease().Release()
 	}
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
-		admission.WriteError(w, http.StatusRequestEntityTooLarge, &admission.Rejection{Error: "request_too_large",
-			Layer: "edge", Reason: "body_too_large", RequestID: id, Message: "The request body is larger than this gateway accepts."})
+		admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 	case r.Context().Err() != nil:
 		s.log.InfoContext(r.Context(), "client closed request", "request_id", id, "status", admission.StatusClientClosedRequest)
 		w.WriteHeader(admission.StatusClientClosedRequest)
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		s.log.WarnContext(r.Context(), "upstream timeout", "request_id", id, "err", err)
-		admission.WriteError(w, http.StatusGatewayTimeout, &admission.Rejection{Error: "upstream_timeout",
-			Layer: "proxy", Reason: "timeout", RequestID: id, Message: "The upstream did not answer in time."})
+		admission.WriteReason(w, admission.ReasonUpstreamTimeout, 0, id, "")
 	default:
 		s.log.WarnContext(r.Context(), "upstream error", "request_id", id, "err", err)
-		admission.WriteError(w, http.StatusBadGateway, &admission.Rejection{Error: "bad_gateway",
-			Layer: "proxy", Reason: "upstream_unreachable", RequestID: id, Message: "The upstream could not be reached."})
+		admission.WriteReason(w, admission.ReasonUpstreamUnreachable, 0, id, "")
 	}
 }
 

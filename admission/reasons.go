@@ -1,0 +1,142 @@
+package admission
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// Reason is why fairgate refused a request or could not serve it: one row
+// of the client contract (reasons), which gives its layer, HTTP status,
+// error word and message. The zero Reason, ReasonNone, is "not refused".
+type Reason uint8
+
+// The reasons, by layer. Their words (Reason.String) appear in the JSON
+// body's "reason", in metrics and in spans, and never change.
+const (
+	ReasonNone Reason = iota
+
+	// identify
+	ReasonMissingKey            // 401: no API key
+	ReasonUnknownKey            // 401: a key that identifies no tenant
+	ReasonTooManyFailedAttempts // 429: this address failed too often
+
+	// rate
+	ReasonTenantQuota      // 429: the tenant's bucket
+	ReasonGroupQuota       // 429: the tenant's bucket for the route's group
+	ReasonGlobalBackstop   // 503: the bucket all tenants share
+	ReasonStoreUnavailable // 503: the rate store failed closed
+
+	// concurrency, shed, bulkhead, adaptive
+	ReasonMaxConcurrent // 429: the tenant's cap on requests in flight
+	ReasonPriority      // 503: shed, below the pool's priority threshold
+	ReasonQueueFull     // 503: the pool's queue is full
+	ReasonWaitTimeout   // 503: no seat within the pool's wait timeout
+	ReasonDraining      // 503: the gateway is shutting down
+	ReasonLimitReached  // 503: the adaptive limit, without pools
+
+	// edge, proxy and the upstream (not decisions of the pipeline)
+	ReasonBodyTooLarge        // 413: the body is over max_body_bytes
+	ReasonMalformedBody       // 400: the body could not be read
+	ReasonUpstreamTimeout     // 504: the upstream did not answer in time
+	ReasonUpstreamUnreachable // 502: the upstream could not be reached
+	ReasonHandlerPanic        // 500: the embedded handler panicked
+)
+
+// reasonRow is one row of the client contract.
+type reasonRow struct {
+	word   string
+	layer  Layer
+	status int
+	// errWord is the JSON body's "error": what kind of answer this is.
+	errWord string
+	// message explains the answer to a person; d is the decision (nil
+	// outside the pipeline), detail an optional cause. The rendering adds
+	// "Retry after Ns." to every 429 and 503.
+	message func(d *Decision, detail string) string
+}
+
+const (
+	errUnauthorized = "unauthorized"
+	errRateLimited  = "rate_limited" // 429: you sent too much
+	errOverloaded   = "overloaded"   // 503: we are overloaded
+)
+
+// reasons is the client contract: every answer fairgate itself gives a
+// request, except a proxied response, renders from here.
+var reasons = [...]reasonRow{
+	ReasonNone: {word: "none"},
+
+	ReasonMissingKey: {"missing_key", LayerIdentify, http.StatusUnauthorized, errUnauthorized,
+		text(`A valid API key is required: send it as "Authorization: Bearer KEY" or "X-API-Key: KEY".`)},
+	ReasonUnknownKey: {"unknown_key", LayerIdentify, http.StatusUnauthorized, errUnauthorized,
+		text("The API key is not valid.")},
+	ReasonTooManyFailedAttempts: {"too_many_failed_attempts", LayerIdentify, http.StatusTooManyRequests, errRateLimited,
+		text("Too many requests without a valid API key from this address.")},
+
+	ReasonTenantQuota: {"tenant_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
+		func(d *Decision, _ string) string {
+			return "Tenant " + d.Tenant.ID + " is over its " + d.Tenant.Tier + " rate quota (" + d.Route.Name + " costs " +
+				strconv.FormatFloat(d.Route.Cost, 'f', -1, 64) + " tokens)."
+		}},
+	ReasonGroupQuota: {"group_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
+		func(d *Decision, _ string) string {
+			return "Tenant " + d.Tenant.ID + " is over its quota for " + d.Route.Group + " requests."
+		}},
+	ReasonGlobalBackstop:   {"global_backstop", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonStoreUnavailable: {"store_unavailable", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
+
+	ReasonMaxConcurrent: {"max_concurrent", LayerConcurrency, http.StatusTooManyRequests, errRateLimited,
+		func(d *Decision, _ string) string {
+			return "Tenant " + d.Tenant.ID + " has too many requests in flight."
+		}},
+	ReasonPriority:     {"priority", LayerShed, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonQueueFull:    {"queue_full", LayerBulkhead, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonWaitTimeout:  {"wait_timeout", LayerBulkhead, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonDraining:     {"draining", LayerBulkhead, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonLimitReached: {"limit_reached", LayerAdaptive, http.StatusServiceUnavailable, errOverloaded, nil},
+
+	ReasonBodyTooLarge: {"body_too_large", LayerEdge, http.StatusRequestEntityTooLarge, "request_too_large",
+		text("The request body is larger than this gateway accepts.")},
+	ReasonMalformedBody: {"malformed_body", LayerEdge, http.StatusBadRequest, "bad_request",
+		func(_ *Decision, detail string) string { return "The request body could not be read: " + detail + "." }},
+	ReasonUpstreamTimeout: {"timeout", LayerProxy, http.StatusGatewayTimeout, "upstream_timeout",
+		text("The upstream did not answer in time.")},
+	ReasonUpstreamUnreachable: {"upstream_unreachable", LayerProxy, http.StatusBadGateway, "bad_gateway",
+		text("The upstream could not be reached.")},
+	ReasonHandlerPanic: {"handler_panic", LayerUpstream, http.StatusInternalServerError, "internal_error",
+		text("The request failed inside the service.")},
+}
+
+func text(s string) func(*Decision, string) string {
+	return func(*Decision, string) string { return s }
+}
+
+func (r Reason) row() *reasonRow {
+	if int(r) < len(reasons) {
+		return &reasons[r]
+	}
+	return &reasons[ReasonNone]
+}
+
+// String returns the reason's word ("tenant_quota", "queue_full", …).
+func (r Reason) String() string { return r.row().word }
+
+// Layer returns the layer that gives the reason.
+func (r Reason) Layer() Layer { return r.row().layer }
+
+// Status returns the HTTP status of the answer.
+func (r Reason) Status() int { return r.row().status }
+
+// message is the person-readable text of r for d (nil outside the
+// pipeline). An overload (503) without a message of its own says which
+// layer is overloaded and that it is not the client's quota.
+func (r Reason) message(d *Decision, detail string) string {
+	row := r.row()
+	if row.message != nil {
+		return row.message(d, detail)
+	}
+	if row.errWord == errOverloaded {
+		return "The service is overloaded (" + row.layer.String() + ": " + row.word + "); this is not your quota."
+	}
+	return ""
+}
