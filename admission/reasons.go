@@ -82,7 +82,11 @@ var reasons = [...]reasonRow{
 		func(d *Decision, _ string) string {
 			return "Tenant " + d.Tenant.ID + " is over its quota for " + d.Route.Group + " requests."
 		}},
-	ReasonGlobalBackstop:   {"global_backstop", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonGlobalBackstop: {"global_backstop", LayerRate, http.StatusServiceUnavailable, errOverloaded,
+		func(d *Decision, _ string) string {
+			return "The service is overloaded (rate: global_backstop) and tenant " + d.Tenant.ID +
+				" is above its fair share of it; this is not your quota, and tenants within their shares are still served."
+		}},
 	ReasonStoreUnavailable: {"store_unavailable", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
 
 	ReasonMaxConcurrent: {"max_concurrent", LayerConcurrency, http.StatusTooManyRequests, errRateLimited,

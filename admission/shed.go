@@ -47,7 +47,7 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 		}
 	}
 	if within {
-		ps.shedder.AdmitExempt()
+		ps.shedder.AdmitExempt(prio)
 		return
 	}
 	ok, retry := ps.shedder.Admit(prio)

@@ -19,9 +19,6 @@ const (
 
 	// levels is the number of priority levels.
 	levels = int(MaxPriority) + 1
-	// exempt is the Shedder's level above every priority, where it counts
-	// the requests it must not reject (AdmitExempt).
-	exempt = MaxPriority + 1
 	// bandWidth is the number of levels in one criticality band, and so
 	// the number of distinct tier ranks that PriorityFor tells apart.
 	bandWidth = 100
@@ -61,8 +58,8 @@ func (p Priority) clamp() Priority {
 // pool's shedder stands at threshold th and the upstream is the bottleneck:
 // the lowest level of th's band, at most the critical band's. A pool
 // shedding default requests makes every pool shed sheddable ones; one
-// shedding critical (or everything it may) makes every pool shed default and
-// sheddable ones, never critical. Zero (nothing shed) gives zero.
+// shedding critical (or above) makes every pool shed default and sheddable
+// ones, never critical. Zero (nothing shed) gives zero.
 func FloorFor(th Priority) Priority {
 	return min(th/bandWidth*bandWidth, bandBase[Critical])
 }

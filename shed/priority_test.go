@@ -154,7 +154,7 @@ func TestConfigYAML(t *testing.T) {
 
 func TestFloorFor(t *testing.T) {
 	for _, tc := range []struct{ th, want Priority }{
-		{0, 0}, {150, 100}, {204, 200}, {299, 200}, {300, 300}, {450, 300}, {exempt, 300},
+		{0, 0}, {150, 100}, {204, 200}, {299, 200}, {300, 300}, {450, 300}, {MaxPriority, 300},
 	} {
 		if got := FloorFor(tc.th); got != tc.want {
 			t.Errorf("FloorFor(%d) = %d, want %d", tc.th, got, tc.want)

@@ -69,7 +69,7 @@ type Shedder struct {
 	disabled    bool
 	interval    time.Duration
 	maxRetry    time.Duration
-	attempts    [levels + 1]atomic.Int64 // Admit calls per priority since the last calibration; [exempt]: AdmitExempt calls
+	attempts    [levels]atomic.Int64 // Admit and AdmitExempt calls per priority since the last calibration
 	state       atomic.Pointer[shedState]
 	atThreshold atomic.Uint64 // Admit calls at the threshold level, for the partial rejection
 
@@ -82,7 +82,7 @@ type Shedder struct {
 	busy     float64             // integral of utilisation over the window, in seconds; guarded by mu
 	last     Pressure            // latest observation; guarded by mu
 	lastSeen time.Time           // when last was observed; guarded by mu
-	recent   [levels + 1]float64 // Admit calls per priority (and exempt), halved at each calibration; guarded by mu
+	recent   [levels]float64 // Admit and AdmitExempt calls per priority, halved at each calibration; guarded by mu
 }
 
 // shedState is the decision state Admit reads, replaced whole at each
@@ -139,15 +139,18 @@ func (s *Shedder) Admit(p Priority) (ok bool, retryAfter time.Duration) {
 	return true, 0
 }
 
-// AdmitExempt counts a request that shedding must not reject (its tenant
-// is within its fair share of the pool: it is not why the queue builds) and
-// admits it. Exempt requests are demand like any other, so the fraction the
-// Shedder admits is computed over them too; the threshold, taken from the
-// lowest levels first, reaches them last and then rejects every request
-// that is not exempt. It never blocks and takes no lock.
-func (s *Shedder) AdmitExempt() {
+// AdmitExempt counts a request of priority p that shedding must not reject
+// (its tenant is within its fair share of the pool: it is not why the queue
+// builds) and admits it. Exempt requests are demand like any other, counted
+// at their own priority, so the threshold keeps the priorities' order: a
+// tenant that is within its share now and above it a moment later never has
+// its critical requests shed to make room for its exempt sheddable ones.
+// What exempt requests below the threshold take beyond the plan shows in
+// the next calibration's queue, which raises the cut on the others. It
+// never blocks and takes no lock.
+func (s *Shedder) AdmitExempt(p Priority) {
 	if !s.disabled {
-		s.attempts[exempt].Add(1)
+		s.attempts[p.clamp()].Add(1)
 	}
 }
 
@@ -257,5 +260,5 @@ func thresholdFor(counts []float64, r float64) *shedState {
 		}
 		below += c
 	}
-	return &shedState{threshold: exempt, reject: fracOne - 1}
+	return &shedState{threshold: MaxPriority, reject: fracOne - 1}
 }

@@ -408,9 +408,10 @@ func TestNoSheddingAfterIdle(t *testing.T) {
 }
 
 // overloadWith drives a Shedder through calibrations in which each interval
-// sees loud calls at priority 200, exempt calls, and a full queue in front
-// of an upstream that completes capacity calls an interval, and returns it.
-func overloadWith(t *testing.T, loud, exemptCalls, capacity int) *Shedder {
+// sees loud calls at priority 200, exempt calls at priority exemptAt, and a
+// queue at its target in front of an upstream that completes capacity
+// calls an interval, and returns it.
+func overloadWith(t *testing.T, loud, exemptCalls int, exemptAt Priority, capacity int) *Shedder {
 	t.Helper()
 	s, err := NewShedder(SheddingConfig{CalibrationInterval: time.Second})
 	if err != nil {
@@ -424,7 +425,7 @@ func overloadWith(t *testing.T, loud, exemptCalls, capacity int) *Shedder {
 				s.Admit(200)
 			}
 			for range exemptCalls / 10 {
-				s.AdmitExempt()
+				s.AdmitExempt(exemptAt)
 			}
 			done += uint64(capacity / 10)
 			now = now.Add(100 * time.Millisecond)
@@ -435,9 +436,9 @@ func overloadWith(t *testing.T, loud, exemptCalls, capacity int) *Shedder {
 }
 
 // Exempt requests (tenants within their share) are never shed, but count
-// as demand: the loud priority absorbs the whole cut.
+// as demand at their priority: the loud level absorbs the cut.
 func TestAdmitExemptCountsButIsNeverShed(t *testing.T) {
-	s := overloadWith(t, 100, 50, 60)
+	s := overloadWith(t, 100, 50, 300, 60)
 	if th := s.Threshold(); th != 200 {
 		t.Errorf("threshold %d, want 200: the cut falls on the loud level, not the exempt one", th)
 	}
@@ -452,14 +453,10 @@ func TestAdmitExemptCountsButIsNeverShed(t *testing.T) {
 	if rejected < 800 {
 		t.Errorf("loud level: %d of 1000 rejected, want most (exempt demand takes its part of the capacity)", rejected)
 	}
-
-	// When exempt demand alone exceeds the capacity, everything else is
-	// shed.
-	s = overloadWith(t, 100, 200, 60)
-	if th := s.Threshold(); th != exempt {
-		t.Errorf("threshold %d, want %d (every non-exempt level)", th, exempt)
-	}
-	if ok, _ := s.Admit(MaxPriority); ok {
-		t.Error("MaxPriority admitted while exempt demand alone is over capacity")
+	// Exempt demand below the loud level still keeps the order: a
+	// priority above the threshold is admitted.
+	s = overloadWith(t, 100, 50, 100, 60)
+	if ok, _ := s.Admit(300); !ok {
+		t.Errorf("priority 300 shed at threshold %d though all demand is at 100 and 200", s.Threshold())
 	}
 }
