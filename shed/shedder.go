@@ -74,14 +74,14 @@ type Shedder struct {
 	atThreshold atomic.Uint64 // Admit calls at the threshold level, for the partial rejection
 
 	mu       sync.Mutex
-	started  bool                // guarded by mu
-	admit    float64             // fraction of demand admitted, in [minAdmit, 1]; guarded by mu
-	winStart time.Time           // start of the measuring window; guarded by mu
-	winDone  uint64              // Completed at winStart; guarded by mu
-	capacity float64             // upstream throughput estimate, calls/s, 0 until measured; guarded by mu
-	busy     float64             // integral of utilisation over the window, in seconds; guarded by mu
-	last     Pressure            // latest observation; guarded by mu
-	lastSeen time.Time           // when last was observed; guarded by mu
+	started  bool            // guarded by mu
+	admit    float64         // fraction of demand admitted, in [minAdmit, 1]; guarded by mu
+	winStart time.Time       // start of the measuring window; guarded by mu
+	winDone  uint64          // Completed at winStart; guarded by mu
+	capacity float64         // upstream throughput estimate, calls/s, 0 until measured; guarded by mu
+	busy     float64         // integral of utilisation over the window, in seconds; guarded by mu
+	last     Pressure        // latest observation; guarded by mu
+	lastSeen time.Time       // when last was observed; guarded by mu
 	recent   [levels]float64 // Admit and AdmitExempt calls per priority, halved at each calibration; guarded by mu
 }
 
