@@ -131,8 +131,8 @@ func TestGateRouteGroup(t *testing.T) {
 // fairgate had before: the negative control of the backstop tests.
 type firstComeStore struct{ *ratelimit.MemoryStore }
 
-func (f firstComeStore) TakeBackstop(ctx context.Context, l ratelimit.BackstopLimit, _ string, _, cost float64) (ratelimit.BackstopResult, error) {
-	r, err := f.Take(ctx, ratelimit.BucketKey{}, ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}, cost)
+func (f firstComeStore) TakeBackstop(ctx context.Context, l ratelimit.BackstopLimit, br ratelimit.BackstopRequest) (ratelimit.BackstopResult, error) {
+	r, err := f.Take(ctx, ratelimit.BucketKey{}, ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}, br.Cost)
 	return ratelimit.BackstopResult{Allowed: r.Allowed, RetryAfter: r.RetryAfter, Tokens: r.Remaining}, err
 }
 

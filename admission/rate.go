@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"github.com/fairgate/fairgate/shed"
 	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
@@ -72,7 +73,7 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 		return nil
 	}
 	if c.global != nil {
-		res, err := g.backstop.TakeBackstop(ctx, *c.global, t.ID, t.Weight, r.Cost)
+		res, err := g.backstop.TakeBackstop(ctx, *c.global, ratelimit.BackstopRequest{Tenant: t.ID, Weight: t.Weight, Cost: r.Cost, Class: backstopClass(d.Priority)})
 		if err != nil {
 			return g.storeFailed(ctx, d, err)
 		}
@@ -120,4 +121,16 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 
 func quotaState(name string, l ratelimit.Limit, r ratelimit.Result) QuotaState {
 	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter}
+}
+
+// backstopClass is the backstop's class of a request of priority p: its
+// criticality band (a trusted caller's priority falls in one too).
+func backstopClass(p shed.Priority) ratelimit.BackstopClass {
+	switch {
+	case p >= shed.PriorityFor(0, shed.Critical):
+		return ratelimit.BackstopCritical
+	case p >= shed.PriorityFor(0, shed.Default):
+		return ratelimit.BackstopDefault
+	}
+	return ratelimit.BackstopSheddable
 }

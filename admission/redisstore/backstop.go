@@ -32,46 +32,45 @@ type localBackstop struct {
 	b  fairshare.Backstop // guarded by mu
 }
 
-// TakeBackstop decides one request of tenant (weight > 0) costing cost at
-// the fair global backstop l: one script call on Redis within Timeout,
+// TakeBackstop decides one request r at the fair global backstop l: one script call on Redis within Timeout,
 // through the breaker. While Redis cannot answer, the failure policy
 // decides: FailOpen admits, FailClosed returns an *UnavailableError, Local
 // decides on an embedded backstop of this instance's share of l.
-func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, weight, cost float64) (fairshare.BackstopResult, error) {
-	if !(weight > 0) || !validTake(limitOf(l), cost) || l.Window <= 0 {
-		return fairshare.BackstopResult{}, fmt.Errorf("%w: backstop rate %v, burst %v, window %v, weight %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, l.Window, weight, cost)
+func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r fairshare.BackstopRequest) (fairshare.BackstopResult, error) {
+	if !(r.Weight > 0) || !validTake(limitOf(l), r.Cost) || l.Window <= 0 {
+		return fairshare.BackstopResult{}, fmt.Errorf("%w: backstop rate %v, burst %v, window %v, weight %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, l.Window, r.Weight, r.Cost)
 	}
 	if s.closed.Load() {
 		return fairshare.BackstopResult{}, ErrClosed
 	}
 	done, err := s.breaker.Allow()
 	if err != nil {
-		return s.backstopFallback(l, tenant, weight, cost, ErrBreakerOpen)
+		return s.backstopFallback(l, r, ErrBreakerOpen)
 	}
-	r, _, err := s.evalBackstop(ctx, l, tenant, weight, cost)
+	res, _, err := s.evalBackstop(ctx, l, r)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			done(context.Canceled)
 			return fairshare.BackstopResult{}, ctxErr
 		}
 		done(err)
-		return s.backstopFallback(l, tenant, weight, cost, err)
+		return s.backstopFallback(l, r, err)
 	}
 	done(nil)
-	return r, nil
+	return res, nil
 }
 
 // evalBackstop runs the script once and decodes its reply; nowUS is the
 // Redis clock it read.
-func (s *Store) evalBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, weight, cost float64) (r fairshare.BackstopResult, nowUS int64, err error) {
+func (s *Store) evalBackstop(ctx context.Context, l fairshare.BackstopLimit, r fairshare.BackstopRequest) (res fairshare.BackstopResult, nowUS int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	windowUS := l.Window.Microseconds()
 	everyUS := (int64(l.Window)/fairshare.LevelEvery + 999) / 1000
 	v, err := backstopScript.Run(ctx, s.client, []string{backstopKey},
-		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, tenant, weight, cost).Result()
+		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, r.Tenant, r.Weight, r.Cost, int(r.Class)).Result()
 	if err != nil {
-		return r, 0, fmt.Errorf("redisstore: backstop: %w", err)
+		return res, 0, fmt.Errorf("redisstore: backstop: %w", err)
 	}
 	return decodeBackstop(v)
 }
@@ -123,21 +122,21 @@ func decodeBackstop(v any) (fairshare.BackstopResult, int64, error) {
 }
 
 // backstopFallback decides by the failure policy because of cause.
-func (s *Store) backstopFallback(l fairshare.BackstopLimit, tenant string, weight, cost float64, cause error) (fairshare.BackstopResult, error) {
+func (s *Store) backstopFallback(l fairshare.BackstopLimit, r fairshare.BackstopRequest, cause error) (fairshare.BackstopResult, error) {
 	p := s.cfg.FailurePolicy
 	now := s.now()
 	s.policyApplied(p, cause, now)
 	switch p {
 	case FailOpen:
-		return fairshare.BackstopResult{Allowed: true, WithinShare: true, Tokens: l.Burst - cost}, nil
+		return fairshare.BackstopResult{Allowed: true, WithinShare: true, Tokens: l.Burst - r.Cost}, nil
 	case FailClosed:
 		return fairshare.BackstopResult{}, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
 	}
-	share := localShare(limitOf(l), cost, s.cfg.Instances)
+	share := localShare(limitOf(l), r.Cost, s.cfg.Instances)
 	l.Rate, l.Burst = share.Rate, share.Burst
 	s.backstop.mu.Lock()
 	defer s.backstop.mu.Unlock()
-	return s.backstop.b.Take(now.UnixNano(), l, tenant, weight, cost), nil
+	return s.backstop.b.Take(now.UnixNano(), l, r), nil
 }
 
 // limitOf is l's bucket.

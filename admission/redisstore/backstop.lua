@@ -14,6 +14,8 @@
 -- ARGV[6]  tenant ID
 -- ARGV[7]  the tenant's weight (> 0)
 -- ARGV[8]  cost, tokens (> 0)
+-- ARGV[9]  class: 0 critical, 1 default, 2 sheddable (an above-share
+--          request must leave class quarters of burst)
 --
 -- Reply: {allowed (1 or 0), within share (1 or 0), use, share, tokens,
 -- retry after in seconds (all "%.17g"), now (µs)}.
@@ -31,6 +33,7 @@ local shareOf = tonumber(ARGV[5])
 local tenant = ARGV[6]
 local weight = tonumber(ARGV[7])
 local cost = tonumber(ARGV[8])
+local class = tonumber(ARGV[9])
 local tau = window / 1e6
 
 local t = redis.call('TIME')
@@ -110,7 +113,7 @@ else
   share = level * weight
 end
 local within = 0
-local floor = 0
+local floor = math.min(class, 2) * burst / 4
 if use < share then
   within = 1
   floor = -burst

@@ -25,28 +25,30 @@ func TestBackstopMatchesReference(t *testing.T) {
 	type step struct {
 		tenant       string
 		weight, cost float64
+		class        fairshare.Class
 	}
 	// heavy floods with cost 1; two others ask now and then with larger
 	// costs. (The script runs thousands of times a second here, far above
 	// the rate: this checks the arithmetic, not who is light.)
 	var steps []step
 	for i := range 600 {
-		steps = append(steps, step{"heavy", 1, 1})
+		steps = append(steps, step{"heavy", 1, 1, fairshare.Class(i % 3)})
 		if i%15 == 0 {
-			steps = append(steps, step{"light", 2, 5})
+			steps = append(steps, step{"light", 2, 5, fairshare.Critical})
 		}
 		if i%40 == 0 {
-			steps = append(steps, step{"other", 1, 10})
+			steps = append(steps, step{"other", 1, 10, fairshare.Sheddable})
 		}
 	}
 	refused := 0
 	close := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(1, math.Abs(b)) }
 	for i, st := range steps {
-		got, nowUS, err := s.evalBackstop(ctx, l, st.tenant, st.weight, st.cost)
+		r := fairshare.BackstopRequest{Tenant: st.tenant, Weight: st.weight, Cost: st.cost, Class: st.class}
+		got, nowUS, err := s.evalBackstop(ctx, l, r)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		want := ref.Take(nowUS*1000, l, st.tenant, st.weight, st.cost)
+		want := ref.Take(nowUS*1000, l, r)
 		if got.Allowed != want.Allowed || got.WithinShare != want.WithinShare ||
 			!close(got.Use, want.Use) || !close(got.Share, want.Share) || !close(got.Tokens, want.Tokens) ||
 			(got.RetryAfter-want.RetryAfter).Abs() > time.Microsecond {
@@ -75,7 +77,7 @@ func TestBackstopSharedByInstances(t *testing.T) {
 	}
 	l := fairshare.BackstopLimit{Rate: 100, Burst: 50, Window: 200 * time.Millisecond}
 	fair := func(st *Store, tenant string) (bool, error) {
-		r, err := st.TakeBackstop(context.Background(), l, tenant, 1, 1)
+		r, err := st.TakeBackstop(context.Background(), l, fairshare.BackstopRequest{Tenant: tenant, Weight: 1, Cost: 1})
 		return r.Allowed, err
 	}
 	heavy, light, refused, elapsed := squeeze(t, stores, fair)

@@ -30,7 +30,9 @@ func (l BackstopLimit) tau() float64 { return l.Window.Seconds() }
 //     are never refused because another tenant emptied it;
 //   - a tenant above its share is admitted only while the bucket holds the
 //     cost (≥ 0 after the take), so it takes what the others leave
-//     (work-conserving) and absorbs every refusal.
+//     (work-conserving) and absorbs every refusal; and within such a
+//     tenant the least important go first: a default request must leave
+//     a quarter of Burst, a sheddable one half (Class).
 //
 // Tenants within their shares use no more than ShareOf × Rate between them,
 // so the reserve refills while they use it and the bucket stays within
@@ -76,6 +78,40 @@ type BackstopResult struct {
 	RetryAfter time.Duration
 }
 
+// Class orders an above-share tenant's requests at the backstop: when the
+// bucket runs low, its sheddable requests are refused first, then its
+// default ones, its critical ones last.
+type Class uint8
+
+const (
+	// Critical requests of an above-share tenant may empty the bucket.
+	Critical Class = iota
+	// Default requests must leave a quarter of Burst.
+	Default
+	// Sheddable requests must leave half of Burst.
+	Sheddable
+)
+
+// BackstopRequest is one request at the backstop.
+type BackstopRequest struct {
+	Tenant string
+	// Weight is the tenant's weight in the fair shares; > 0.
+	Weight float64
+	// Cost is the request's cost in tokens; > 0.
+	Cost float64
+	// Class orders the tenant's requests when it is above its share.
+	Class Class
+}
+
+// floorFor is how many tokens a request must leave in the bucket: −Burst
+// (the reserve) within its share, Class quarters of Burst above it.
+func floorFor(l BackstopLimit, within bool, c Class) float64 {
+	if within {
+		return -l.Burst
+	}
+	return float64(min(c, Sheddable)) * l.Burst / 4
+}
+
 // LevelEvery is how often, in fractions of Window, the fair level is
 // recomputed from every tenant's demand; while the top of the bucket is
 // empty and nobody was above share at the last count, at every take (the
@@ -85,8 +121,9 @@ const LevelEvery = 50
 // ShareOf is the fraction of Rate divided into fair shares.
 const ShareOf = 0.9
 
-// Take decides a request of tenant (weight > 0) costing cost tokens at now.
-func (b *Backstop) Take(now int64, l BackstopLimit, tenant string, weight, cost float64) BackstopResult {
+// Take decides request r at now.
+func (b *Backstop) Take(now int64, l BackstopLimit, r BackstopRequest) BackstopResult {
+	tenant, weight, cost := r.Tenant, r.Weight, r.Cost
 	tau := l.tau()
 	if !b.started {
 		b.started, b.tokens, b.last, b.level = true, l.Burst, now, math.Inf(1)
@@ -114,26 +151,23 @@ func (b *Backstop) Take(now int64, l BackstopLimit, tenant string, weight, cost 
 		// for tenants within an even split.
 		share = ShareOf * l.Rate * weight / max(b.weights, weight)
 	}
-	r := BackstopResult{Use: use, Share: share}
-	r.WithinShare = use < share
-	floor := 0.0
-	if r.WithinShare {
-		floor = -l.Burst
-	}
+	res := BackstopResult{Use: use, Share: share}
+	res.WithinShare = use < share
+	floor := floorFor(l, res.WithinShare, r.Class)
 	if b.tokens-cost >= floor {
 		b.tokens -= cost
 		t.admitted.Add(now, tau, cost)
-		r.Allowed = true
+		res.Allowed = true
 	} else {
 		wait := (cost + floor - b.tokens) / l.Rate
-		if !r.WithinShare && share > 0 {
+		if !res.WithinShare && share > 0 {
 			// Or until its own rate has decayed into its share.
 			wait = min(wait, tau*math.Log(use/share))
 		}
-		r.RetryAfter = time.Duration(math.Ceil(max(wait, 0) * 1e9))
+		res.RetryAfter = time.Duration(math.Ceil(max(wait, 0) * 1e9))
 	}
-	r.Tokens = b.tokens
-	return r
+	res.Tokens = b.tokens
+	return res
 }
 
 // recompute sets the fair level from every tenant's demand at now and

@@ -16,7 +16,7 @@ type taker interface {
 type fair struct{ b Backstop }
 
 func (f *fair) take(now int64, l BackstopLimit, tenant string, weight, cost float64) bool {
-	return f.b.Take(now, l, tenant, weight, cost).Allowed
+	return f.b.Take(now, l, BackstopRequest{Tenant: tenant, Weight: weight, Cost: cost}).Allowed
 }
 
 // firstCome is one token bucket for everyone: whoever asks first takes.
@@ -233,6 +233,54 @@ func BenchmarkBackstopTake(b *testing.B) {
 	now := int64(0)
 	for i := 0; b.Loop(); i++ {
 		now += 1000
-		bs.Take(now, l, ids[i&7], 1, 1)
+		bs.Take(now, l, BackstopRequest{Tenant: ids[i&7], Weight: 1, Cost: 1})
+	}
+}
+
+// Within an above-share tenant the least important requests are refused
+// first: three heavy tenants together at 1.5 times the rate, each 55% critical,
+// 25% default, 20% sheddable, keep their critical requests; with every
+// request in one class (the negative control) critical ones are refused as
+// often as the rest.
+func TestBackstopClassesWithinATenant(t *testing.T) {
+	l := BackstopLimit{Rate: 300, Burst: 300, Window: time.Second}
+	run := func(classes bool) map[Class]outcome {
+		var b Backstop
+		rng := rand.New(rand.NewPCG(3, 4))
+		out := map[Class]outcome{}
+		for now := int64(0); now < int64(60*time.Second); now += int64(time.Millisecond) {
+			for _, id := range []string{"a", "b", "c"} {
+				if rng.Float64() >= 0.15 { // 150 requests a second each
+					continue
+				}
+				c := Critical
+				if x := rng.Float64(); x >= 0.8 {
+					c = Sheddable
+				} else if x >= 0.55 {
+					c = Default
+				}
+				r := BackstopRequest{Tenant: id, Weight: 1, Cost: 1}
+				if classes {
+					r.Class = c
+				}
+				o := out[c]
+				o.sent++
+				if b.Take(now, l, r).Allowed {
+					o.admitted++
+				}
+				out[c] = o
+			}
+		}
+		return out
+	}
+	got := run(true)
+	t.Logf("classes: critical %+v, default %+v, sheddable %+v", got[Critical], got[Default], got[Sheddable])
+	if got[Critical].share() < 0.99 || got[Sheddable].share() > got[Default].share() {
+		t.Errorf("critical %.1f%%, default %.1f%%, sheddable %.1f%%; want critical ≥ 99%% and sheddable refused first",
+			100*got[Critical].share(), 100*got[Default].share(), 100*got[Sheddable].share())
+	}
+	one := run(false)
+	if one[Critical].share() >= 0.99 {
+		t.Errorf("one class: critical %.1f%%; the test above cannot fail", 100*one[Critical].share())
 	}
 }
