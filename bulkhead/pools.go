@@ -515,9 +515,16 @@ func (ps *Pools) dispatchLocked() {
 }
 
 // grantLocked hands a seat of lender to the next request in p's queue
-// whose tenant is under its cap, and reports whether there was one.
+// whose tenant is under its cap, and reports whether there was one. A
+// request of a tenant within its fair share of the pool goes first (in
+// the fair queue's order among those): the queue's wait falls on the
+// tenants above their shares, whose traffic builds it.
 func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
-	w, ok := p.queue.PopFunc(ps.readyLocked)
+	ps.shareLevelLocked(p, ps.nanos(now))
+	w, ok := p.queue.PopFunc(func(w *waiter) bool { return ps.readyLocked(w) && ps.withinLocked(p, w, now) })
+	if !ok {
+		w, ok = p.queue.PopFunc(ps.readyLocked)
+	}
 	if !ok {
 		return false
 	}

@@ -44,9 +44,7 @@ func (ps *Pools) Share(pool, tenant string) ShareState {
 	now := ps.nanos(time.Now())
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if now-p.levelAt >= int64(UsageWindow)/fairshare.LevelEvery || now < p.levelAt {
-		ps.recomputeLocked(p, now)
-	}
+	ps.shareLevelLocked(p, now)
 	u := p.users[tenant]
 	if u == nil {
 		return ShareState{Share: p.level, Within: true}
@@ -54,6 +52,21 @@ func (ps *Pools) Share(pool, tenant string) ShareState {
 	st := ShareState{Use: useOf(u, now), Share: p.level * u.weight}
 	st.Within = st.Use <= st.Share
 	return st
+}
+
+// shareLevelLocked recomputes p's fair level at now if it is due. ps.mu
+// must be held.
+func (ps *Pools) shareLevelLocked(p *pool, now int64) {
+	if now-p.levelAt >= int64(UsageWindow)/fairshare.LevelEvery || now < p.levelAt {
+		ps.recomputeLocked(p, now)
+	}
+}
+
+// withinLocked reports whether queued request w's tenant is within its
+// fair share of p at now, by the level last computed. ps.mu must be held.
+func (ps *Pools) withinLocked(p *pool, w *waiter, now time.Time) bool {
+	u := p.users[w.req.Tenant]
+	return u == nil || useOf(u, ps.nanos(now)) <= p.level*u.weight
 }
 
 // recomputeLocked sets p's fair level from its users' use at now, and
