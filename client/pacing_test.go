@@ -62,33 +62,44 @@ func TestPacingKeepsUnderQuota(t *testing.T) {
 			cost += costs[p] / float64(len(tt.paths))
 		}
 		every := time.Duration(float64(time.Second) * cost / rate / 3) // 3× the quota
-		for _, pacing := range []bool{true, false} {
-			name := tt.name
-			if !pacing {
-				name += ", not paced (control)"
-			}
-			t.Run(name, func(t *testing.T) {
+		for _, paced := range []bool{true, false} {
+			t.Run(pacedName(tt.name, paced), func(t *testing.T) {
 				clk := newVirtualClock()
 				up := &tokenBucket{clock: clk, burst: burst, rate: rate, trioOnly: tt.trioOnly, costs: costs}
-				c, tr := newClient(t, clk, client.Config{DisablePacing: !pacing})
+				c, tr := newClient(t, clk, client.Config{DisablePacing: !paced})
 				okN, failed := offer(t, c, clk, serve(t, up), tt.paths, every, dur)
 				admitted, limited, units := up.counts()
-				quota := rate * dur.Seconds()
-				t.Logf("%d ok, %d failed; upstream: %d admitted, %d 429s, %.0f of %.0f units (+%d burst); stats %+v",
-					okN, failed, admitted, limited, units, quota, burst, tr.Stats())
-				if !pacing {
-					if limited < admitted/10 {
-						t.Fatalf("without pacing only %d 429s for %d admitted: the control does not exercise the quota", limited, admitted)
-					}
-					return
-				}
-				if limited != 0 || failed != 0 {
-					t.Fatalf("paced: %d 429s and %d failed requests, want none", limited, failed)
-				}
-				if units < 0.9*quota {
-					t.Fatalf("paced: used %.0f units of a quota of %.0f over %v: pacing is too timid", units, quota, dur)
-				}
+				t.Logf("%d ok, %d failed; upstream: %d admitted, %d 429s, %.0f units; stats %+v", okN, failed, admitted, limited, units, tr.Stats())
+				judgePacing(t, paced, admitted, limited, failed, units, rate*dur.Seconds())
 			})
 		}
+	}
+}
+
+// pacedName names a subtest of a paced run or of its negative control.
+func pacedName(name string, paced bool) string {
+	if paced {
+		return name
+	}
+	return name + ", not paced (control)"
+}
+
+// judgePacing judges a run offering three times a quota of `quota` units:
+// paced, it must meet no 429 and no failure and still use 90 % of the
+// quota; unpaced (the negative control), 429s must come back for at least
+// a tenth of the admitted requests, or the run never reached the quota.
+func judgePacing(t *testing.T, paced bool, admitted, limited, failed int, units, quota float64) {
+	t.Helper()
+	if !paced {
+		if limited < admitted/10 {
+			t.Fatalf("without pacing only %d 429s for %d admitted: the control does not reach the quota", limited, admitted)
+		}
+		return
+	}
+	if limited != 0 || failed != 0 {
+		t.Fatalf("paced: %d 429s and %d failed requests, want none", limited, failed)
+	}
+	if units < 0.9*quota {
+		t.Fatalf("paced: used %.0f units of a quota of %.0f: pacing is too timid", units, quota)
 	}
 }

@@ -18,14 +18,17 @@ import (
 type handlerTransport struct{ h http.Handler }
 
 func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	sr := r.Clone(r.Context()) // as a server sees it: never a nil body
+	sr := r.Clone(r.Context()) // as a server sees it: never a nil body, a peer address
 	if sr.Body == nil {
 		sr.Body = http.NoBody
 	}
+	sr.RemoteAddr, sr.RequestURI = "192.0.2.1:40000", r.URL.RequestURI()
 	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, sr)
 	sr.Body.Close()
-	return rec.Result(), nil
+	resp := rec.Result()
+	resp.Request = r // as http.Transport sets it (the gateway's proxy reads it)
+	return resp, nil
 }
 
 // TestSystemClock runs the transport on its default clock inside a
