@@ -57,7 +57,9 @@
 // fields the RateLimit-Limit/-Remaining/-Reset trio is used, with no
 // refill assumed before the reset. After a 429, every request with the
 // same credential waits for its Retry-After, not only the one rejected.
-// Config.DisablePacing turns all of this off.
+// Pacing is per Transport: several processes sharing one credential each
+// pace on the same headers, so together they overshoot, meet 429s and
+// wait those out. Config.DisablePacing turns all of this off.
 //
 // # Deadlines and errors
 //
