@@ -1,7 +1,9 @@
 package client
 
 import (
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -69,12 +71,25 @@ func TestParam(t *testing.T) {
 }
 
 // FuzzRateLimitField checks that no RateLimit field, however malformed,
-// makes the parser panic, loop or yield a negative or non-finite value.
+// makes the parser panic, loop or yield a negative or non-finite value, and
+// that pacing from it never schedules a send in the past or beyond the
+// longest wait.
 func FuzzRateLimitField(f *testing.F) {
-	f.Add(`"tenant";r=20;t=1, "exports";r=3;t=4`)
-	f.Add(`"tenant";q=25;w=5`)
-	f.Add(`"a\"b;r=1`)
-	f.Fuzz(func(t *testing.T, s string) {
+	f.Add(`"tenant";r=20;t=1, "exports";r=3;t=4`, `"tenant";q=25;w=5`)
+	f.Add(`"tenant";r=0;t=1e300`, `"tenant";q=1e-300;w=1e300`)
+	f.Add(`"a\"b;r=1`, ``)
+	f.Fuzz(func(t *testing.T, s, policy string) {
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		var p pace
+		p.observe(t0, http.Header{hdrRateLimit: {s}, hdrRateLimitPolicy: {policy}}, http.StatusOK, 0)
+		p.observe(t0.Add(time.Second), http.Header{hdrRateLimit: {s}}, http.StatusOK, 0)
+		for i := range 3 {
+			now := t0.Add(time.Duration(i+1) * time.Second)
+			res, ok := p.reserve(now, now.Add(2*maxRetryAfter))
+			if !ok || res.at.Before(now) || res.at.After(now.Add(2*maxRetryAfter)) {
+				t.Fatalf("RateLimit %q, policy %q: send %d reserved at %v after now, ok %v", s, policy, i, res.at.Sub(now), ok)
+			}
+		}
 		n := 0
 		it := sfItems{s}
 		for {

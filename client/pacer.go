@@ -244,4 +244,8 @@ func (p *pace) idle(now time.Time) bool {
 	return true
 }
 
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+// seconds converts s to a Duration, at most maxRetryAfter: a server's
+// absurd reset must not overflow into the past.
+func seconds(s float64) time.Duration {
+	return time.Duration(min(s, maxRetryAfter.Seconds()) * float64(time.Second))
+}
