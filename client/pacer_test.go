@@ -25,6 +25,7 @@ func TestQuotaEarliest(t *testing.T) {
 		{"short: wait for the refill", quota{at: t0, r: 0.5, t: 5, rate: 5}, t0, t0, ms(100)},
 		{"short, no known rate: wait for the reset", quota{at: t0, r: 0, t: 3}, t0, t0, ms(3000)},
 		{"reserved sends count", quota{at: t0, r: 12, t: 4, cost: 5, sent: 2}, t0, t0, ms(4000)},
+		{"an absurd reset waits the longest, not overflows to now", quota{at: t0, r: 0, t: 1e300}, t0, t0, t0.Add(maxRetryAfter)},
 		{"refill is capped at the limit", quota{at: t0, r: 24, t: 1.2, limit: 25, rate: 5}, ms(1000), ms(1000), ms(1000 + 200.0/25)},
 	}
 	for _, tt := range tests {
