@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -22,7 +23,8 @@ var discardLog = log.New(io.Discard, "", 0)
 type Options struct {
 	// Scenario is a name from ScenarioNames.
 	Scenario string
-	// Modes run back to back after the baseline. Nil means DefaultModes.
+	// Modes run back to back after the baseline. Nil means DefaultModes,
+	// and FairgateRedis too when RedisAddr is set.
 	Modes []Mode
 	// Duration is the arrival time of each mode's run. Zero means 30s.
 	Duration time.Duration
@@ -33,13 +35,11 @@ type Options struct {
 	// open; they are then cancelled and counted as timeouts. Zero means
 	// the scenario's longest client timeout.
 	Drain time.Duration
-	// RedisAddr is the Redis for the fairgate-redis mode. Empty skips that
-	// mode.
+	// RedisAddr is the Redis for the fairgate-redis mode, which Run
+	// refuses without it.
 	RedisAddr string
 	// Progress receives a progress bar per run. Nil means none.
 	Progress io.Writer
-	// Log receives notes (a skipped mode). Nil discards them.
-	Log io.Writer
 	// Seed makes arrivals and mixes repeatable. Zero means 1.
 	Seed uint64
 }
@@ -51,7 +51,6 @@ type Results struct {
 	DurationS   float64  `json:"duration_s"`
 	BaselineS   float64  `json:"baseline_s"`
 	Modes       []string `json:"modes"`
-	Skipped     []string `json:"skipped,omitempty"`
 	// Rows holds one row per mode (and "baseline"), tenant and
 	// criticality.
 	Rows []Row `json:"rows"`
@@ -104,6 +103,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return nil, err
 	}
 	o = o.withDefaults(&sc)
+	if slices.Contains(o.Modes, FairgateRedis) && o.RedisAddr == "" {
+		return nil, errors.New("bench: mode fairgate-redis needs a Redis address (--redis HOST:PORT)")
+	}
 	res := &Results{Scenario: sc.Name, Description: sc.Description, DurationS: o.Duration.Seconds(), BaselineS: o.Baseline.Seconds()}
 	for _, tl := range sc.Tenants {
 		if tl.Ramp != nil && tl.Role == Noisy {
@@ -123,11 +125,6 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	res.runs = append(res.runs, base)
 	for _, m := range o.Modes {
-		if m == FairgateRedis && o.RedisAddr == "" {
-			res.Skipped = append(res.Skipped, m.String())
-			fmt.Fprintf(o.Log, "bench: skipping mode fairgate-redis: no --redis ADDR given\n")
-			continue
-		}
 		r, err := runOnce(ctx, &sc, m, m.String(), o.Duration, o)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s/%s: %w", sc.Name, m, err)
@@ -145,6 +142,9 @@ func (o Options) withDefaults(sc *Scenario) Options {
 		if sc.DefaultModes != nil {
 			o.Modes = sc.DefaultModes
 		}
+		if o.RedisAddr != "" && !slices.Contains(o.Modes, FairgateRedis) {
+			o.Modes = append(slices.Clone(o.Modes), FairgateRedis)
+		}
 	}
 	if o.Duration <= 0 {
 		o.Duration = 30 * time.Second
@@ -159,9 +159,6 @@ func (o Options) withDefaults(sc *Scenario) Options {
 		for _, tl := range sc.Tenants {
 			o.Drain = max(o.Drain, tl.Timeout)
 		}
-	}
-	if o.Log == nil {
-		o.Log = io.Discard
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
