@@ -51,6 +51,19 @@ type Results struct {
 	DurationS   float64  `json:"duration_s"`
 	BaselineS   float64  `json:"baseline_s"`
 	Modes       []string `json:"modes"`
+	// Baseline is the quiet baseline's mode: none (the plain proxy), or
+	// direct for the overhead scenario.
+	Baseline string  `json:"baseline_mode"`
+	Seed     uint64  `json:"seed"`
+	Machine  Machine `json:"machine"`
+	// Targets are what every innocent tenant must get in a protected mode
+	// (and must not get in none, the negative control).
+	Targets Targets `json:"targets"`
+	// Worst holds each mode's worst innocent tenant, in run order.
+	Worst []Worst `json:"worst_innocent"`
+	// Tenants holds one entry per mode (and "baseline") and tenant, all
+	// criticalities together.
+	Tenants []TenantFigures `json:"tenants"`
 	// Rows holds one row per mode (and "baseline"), tenant and
 	// criticality.
 	Rows []Row `json:"rows"`
@@ -59,12 +72,16 @@ type Results struct {
 	RampStartS float64 `json:"ramp_start_s,omitempty"`
 	RampPeakS  float64 `json:"ramp_peak_s,omitempty"`
 
-	runs []run // per mode, for the plots and the report's pooled figures
+	runs []run // baseline first, then per mode, for the plots
 }
 
-// Row is the figures of one mode, tenant and criticality. Percentiles are
-// over every request sent, whatever became of it (a rejection is fast; a
-// timeout counts as the client's timeout), in milliseconds.
+// Row is the figures of one mode, tenant and criticality, latencies in
+// milliseconds. P50, P99 and P999 are over every request sent, whatever
+// became of it (a rejection is fast; a timeout counts as the client's
+// timeout); AdmittedP50 and AdmittedP99 only over those not rejected (2xx
+// and timeouts), so fast rejections cannot make latency look good.
+// BaselineP99 is the admitted p99 of the same tenant and criticality in the
+// quiet baseline.
 type Row struct {
 	Mode          string         `json:"mode"`
 	Tenant        string         `json:"tenant"`
@@ -81,6 +98,9 @@ type Row struct {
 	P50           float64        `json:"p50_ms"`
 	P99           float64        `json:"p99_ms"`
 	P999          float64        `json:"p999_ms"`
+	Admitted      int            `json:"admitted"`
+	AdmittedP50   float64        `json:"admitted_p50_ms"`
+	AdmittedP99   float64        `json:"admitted_p99_ms"`
 	BaselineP99   float64        `json:"baseline_p99_ms"`
 	GoodputPct    float64        `json:"goodput_pct"`
 	AdmittedPerS  float64        `json:"ok_per_s"`
@@ -106,7 +126,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if slices.Contains(o.Modes, FairgateRedis) && o.RedisAddr == "" {
 		return nil, errors.New("bench: mode fairgate-redis needs a Redis address (--redis HOST:PORT)")
 	}
-	res := &Results{Scenario: sc.Name, Description: sc.Description, DurationS: o.Duration.Seconds(), BaselineS: o.Baseline.Seconds()}
+	res := &Results{Scenario: sc.Name, Description: sc.Description, DurationS: o.Duration.Seconds(), BaselineS: o.Baseline.Seconds(),
+		Baseline: sc.Baseline.String(), Seed: o.Seed, Machine: machineNow(), Targets: sc.Targets}
 	for _, tl := range sc.Tenants {
 		if tl.Ramp != nil && tl.Role == Noisy {
 			res.RampStartS, res.RampPeakS = tl.Ramp.Start*o.Duration.Seconds(), tl.Ramp.Peak*o.Duration.Seconds()
@@ -117,23 +138,44 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	baseRows := rows(&quiet, base, nil)
-	res.Rows = append(res.Rows, baseRows...)
-	baseP99 := map[[2]string]float64{}
-	for _, r := range baseRows {
-		baseP99[[2]string{r.Tenant, r.Criticality}] = r.P99
-	}
-	res.runs = append(res.runs, base)
+	res.add(base)
 	for _, m := range o.Modes {
 		r, err := runOnce(ctx, &sc, m, m.String(), o.Duration, o)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s/%s: %w", sc.Name, m, err)
 		}
-		res.Modes = append(res.Modes, m.String())
-		res.Rows = append(res.Rows, rows(&sc, r, baseP99)...)
-		res.runs = append(res.runs, r)
+		res.add(r)
 	}
+	res.Machine.LoadEnd = loadAverage()
 	return res, ctx.Err()
+}
+
+// add appends run r's figures to res. The first run added is the quiet
+// baseline, which the later runs' p99s are divided by.
+func (res *Results) add(r run) {
+	var baseRow map[[2]string]float64 // tenant, criticality → admitted p99
+	var baseTenant map[string]float64
+	if len(res.runs) > 0 {
+		baseRow, baseTenant = map[[2]string]float64{}, map[string]float64{}
+		for _, row := range res.Rows {
+			if row.Mode == res.runs[0].mode {
+				baseRow[[2]string{row.Tenant, row.Criticality}] = row.AdmittedP99
+			}
+		}
+		for _, f := range res.Tenants {
+			if f.Mode == res.runs[0].mode {
+				baseTenant[f.Tenant] = f.AdmittedP99
+			}
+		}
+	}
+	res.runs = append(res.runs, r)
+	res.Rows = append(res.Rows, rows(r, baseRow)...)
+	figs := tenantFigures(r, baseTenant)
+	res.Tenants = append(res.Tenants, figs...)
+	if baseTenant != nil {
+		res.Modes = append(res.Modes, r.mode)
+		res.Worst = append(res.Worst, worstInnocent(figs, r.dur.Seconds(), res.Targets))
+	}
 }
 
 func (o Options) withDefaults(sc *Scenario) Options {
@@ -258,8 +300,10 @@ func showProgress(w io.Writer, desc string, dur time.Duration, l *load) (stop fu
 	}
 }
 
-// rows summarises a run per tenant and criticality.
-func rows(sc *Scenario, r run, baseP99 map[[2]string]float64) []Row {
+// rows summarises a run per tenant and criticality. baseP99 maps a tenant
+// and criticality to its admitted p99 in the quiet baseline; nil for the
+// baseline itself.
+func rows(r run, baseP99 map[[2]string]float64) []Row {
 	type key struct {
 		tenant int
 		crit   shed.Criticality
@@ -281,13 +325,13 @@ func rows(sc *Scenario, r run, baseP99 map[[2]string]float64) []Row {
 	})
 	out := make([]Row, 0, len(keys))
 	for _, k := range keys {
-		tl := sc.Tenants[k.tenant]
+		tl := r.tenants[k.tenant]
 		row := summarise(groups[k], r.dur)
 		row.Mode, row.Tenant, row.Role, row.Criticality = r.mode, tl.ID, tl.Role, k.crit.String()
 		if baseP99 != nil {
 			row.BaselineP99 = baseP99[[2]string{tl.ID, row.Criticality}]
 		} else {
-			row.BaselineP99 = row.P99
+			row.BaselineP99 = row.AdmittedP99
 		}
 		out = append(out, row)
 	}
@@ -299,6 +343,7 @@ func rows(sc *Scenario, r run, baseP99 map[[2]string]float64) []Row {
 func summarise(samples []sample, dur time.Duration) Row {
 	var row Row
 	lat := make([]time.Duration, 0, len(samples))
+	var admitted []time.Duration
 	for _, s := range samples {
 		switch s.outcome {
 		case Deferred:
@@ -323,9 +368,15 @@ func summarise(samples []sample, dur time.Duration) Row {
 		}
 		row.Sent++
 		lat = append(lat, s.latency)
+		if s.outcome == OK || s.outcome == TimedOut {
+			admitted = append(admitted, s.latency)
+		}
 	}
 	slices.Sort(lat)
 	row.P50, row.P99, row.P999 = nan0(percentile(lat, 0.5)), nan0(percentile(lat, 0.99)), nan0(percentile(lat, 0.999))
+	slices.Sort(admitted)
+	row.Admitted = len(admitted)
+	row.AdmittedP50, row.AdmittedP99 = nan0(percentile(admitted, 0.5)), nan0(percentile(admitted, 0.99))
 	if offered := row.Sent + row.Deferred; offered > 0 {
 		row.GoodputPct = 100 * float64(row.OK) / float64(offered)
 		row.OfferedPerSec = float64(offered) / dur.Seconds()

@@ -135,6 +135,9 @@ type Scenario struct {
 	// Baseline is the mode of the quiet baseline run: None (the plain
 	// proxy) unless the scenario measures the proxy itself.
 	Baseline Mode
+	// Targets are what every innocent tenant must get in a protected mode;
+	// the none mode must miss them. Zero judges nothing.
+	Targets Targets
 	// DefaultModes replaces DefaultModes() for this scenario when set.
 	DefaultModes []Mode
 	// unlimited lifts every tenant quota and cap in the gateway config
@@ -264,7 +267,7 @@ func ScenarioNames() []string { return slices.Clone(scenarioNames) }
 // Lookup returns the named scenario.
 func Lookup(name string) (Scenario, error) {
 	up := demoapi.Config{Connections: 8}
-	base := Scenario{Name: name, Upstream: up, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20, GlobalTokens: 400}
+	base := Scenario{Name: name, Upstream: up, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20, GlobalTokens: 400, Targets: defaultTargets}
 	switch name {
 	case "noisy-neighbour":
 		// initech's quota is 15 tokens/s; its mix costs 7.6 tokens a
@@ -297,6 +300,7 @@ func Lookup(name string) (Scenario, error) {
 		// connection-seconds a second each; with the innocents ~1.7×
 		// capacity.
 		s := base
+		s.Targets.MaxP99Ratio = 2 // a genuine overload: some queueing is fair
 		s.Description = "Every tenant within its quota, but together beyond capacity: enterprise tenants wayne, stark and wonka ramp to 95% of their quotas with mixed criticalities (55% critical reads, 25% searches, 20% sheddable exports), honouring Retry-After; total ~1.7× capacity. No tenant misbehaves: only a global limit and shedding by criticality can help."
 		mixed := []Call{weighted(usersMe, 55), weighted(search, 25), weighted(export, 20)}
 		s.Tenants = innocents()
