@@ -84,7 +84,7 @@ func checkShape(t *testing.T, dir string, res *Results, modes []Mode) {
 			t.Errorf("rows[%d]: p99 %v < p50 %v", i, row["p99_ms"], row["p50_ms"])
 		}
 	}
-	sc, _ := Lookup(res.Scenario)
+	sc, _ := Lookup(res.Scenario, res.Seed)
 	hasNoisy := slices.ContainsFunc(sc.Tenants, func(tl TenantLoad) bool { return tl.Role == Noisy })
 	for _, m := range modes {
 		if !seen[m.String()]["innocent"] || seen[m.String()]["noisy"] != hasNoisy {
@@ -197,7 +197,7 @@ func TestModes(t *testing.T) {
 
 func TestScenarioConfigs(t *testing.T) {
 	for _, name := range append(ScenarioNames(), "overhead") {
-		sc, err := Lookup(name)
+		sc, err := Lookup(name, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func TestScenarioConfigs(t *testing.T) {
 			t.Errorf("%s: global rate %v", name, g)
 		}
 	}
-	if _, err := Lookup("nope"); err == nil {
+	if _, err := Lookup("nope", 1); err == nil {
 		t.Error("Lookup accepted an unknown scenario")
 	}
 }

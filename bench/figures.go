@@ -2,8 +2,10 @@ package bench
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
+	"time"
 )
 
 // Targets are what every innocent tenant of a scenario must get in a
@@ -56,15 +58,66 @@ type TenantFigures struct {
 	Admitted    int     `json:"admitted"`
 	// BaselineP99 is the tenant's AdmittedP99 in the quiet baseline, and
 	// P99Ratio AdmittedP99 ÷ BaselineP99; both 0 where either is missing
-	// (a noisy tenant has no baseline).
-	BaselineP99 float64 `json:"baseline_admitted_p99_ms,omitempty"`
-	P99Ratio    float64 `json:"p99_ratio,omitempty"`
+	// (a noisy tenant has no baseline). BaselinePooled says the tenant had
+	// fewer than minBaselineSamples there, so BaselineP99 is over every
+	// innocent tenant with its route mix (see baselines).
+	BaselineP99    float64 `json:"baseline_admitted_p99_ms,omitempty"`
+	BaselinePooled bool    `json:"baseline_pooled,omitempty"`
+	P99Ratio       float64 `json:"p99_ratio,omitempty"`
 }
 
-// tenantFigures summarises run r per tenant, in scenario order. baseP99
-// maps a tenant to its admitted p99 in the quiet baseline; nil for the
-// baseline itself.
-func tenantFigures(r run, baseP99 map[string]float64) []TenantFigures {
+// baseline is a tenant's quiet-baseline p99, the denominator of its p99
+// ratio.
+type baseline struct {
+	p99    float64 // ms
+	pooled bool
+}
+
+// minBaselineSamples is the fewest admitted baseline requests a tenant's
+// own p99 is taken from. Below it "p99" is about the tenant's slowest
+// request, and whether that happened to be a 5 ms read or a 20 ms search
+// moves the ratio by 4×: a light tenant at 1 request/s has 10 in a 10 s
+// baseline.
+const minBaselineSamples = 100
+
+// baselines returns each tenant's baseline from the quiet baseline run r:
+// its own admitted p99, or, with fewer than minBaselineSamples admitted,
+// the p99 of every tenant in r with the same route mix. In the quiet
+// baseline nothing contends, so tenants with one mix draw from one
+// latency distribution, and the pooled p99 is the better estimate of
+// theirs.
+func baselines(r run) map[string]baseline {
+	own := make([][]time.Duration, len(r.tenants))
+	byMix := map[string][]time.Duration{}
+	for _, s := range r.samples {
+		if s.outcome != OK && s.outcome != TimedOut {
+			continue
+		}
+		own[s.tenant] = append(own[s.tenant], s.latency)
+		k := mixKey(r.tenants[s.tenant].Calls)
+		byMix[k] = append(byMix[k], s.latency)
+	}
+	for _, lat := range byMix {
+		slices.Sort(lat)
+	}
+	out := make(map[string]baseline, len(r.tenants))
+	for i, tl := range r.tenants {
+		if len(own[i]) >= minBaselineSamples {
+			slices.Sort(own[i])
+			out[tl.ID] = baseline{p99: percentile(own[i], 0.99)}
+		} else if lat := byMix[mixKey(tl.Calls)]; len(lat) > 0 {
+			out[tl.ID] = baseline{p99: percentile(lat, 0.99), pooled: true}
+		}
+	}
+	return out
+}
+
+// mixKey identifies a route mix.
+func mixKey(calls []Call) string { return fmt.Sprint(calls) }
+
+// tenantFigures summarises run r per tenant, in scenario order, dividing
+// each tenant's p99 by its baseline in base.
+func tenantFigures(r run, base map[string]baseline) []TenantFigures {
 	groups := make([][]sample, len(r.tenants))
 	for _, s := range r.samples {
 		groups[s.tenant] = append(groups[s.tenant], s)
@@ -79,11 +132,8 @@ func tenantFigures(r run, baseP99 map[string]float64) []TenantFigures {
 		if f.Offered > 0 {
 			f.RejectedPct = 100 * float64(f.Rejected) / float64(f.Offered)
 		}
-		if baseP99 == nil {
-			f.BaselineP99 = f.AdmittedP99
-		} else {
-			f.BaselineP99 = baseP99[tl.ID]
-		}
+		b := base[tl.ID]
+		f.BaselineP99, f.BaselinePooled = b.p99, b.pooled
 		if f.Admitted > 0 && f.BaselineP99 > 0 {
 			f.P99Ratio = f.AdmittedP99 / f.BaselineP99
 		}

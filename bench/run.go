@@ -72,7 +72,8 @@ type Results struct {
 	RampStartS float64 `json:"ramp_start_s,omitempty"`
 	RampPeakS  float64 `json:"ramp_peak_s,omitempty"`
 
-	runs []run // baseline first, then per mode, for the plots
+	runs []run               // baseline first, then per mode, for the plots
+	base map[string]baseline // per tenant, from runs[0]
 }
 
 // Row is the figures of one mode, tenant and criticality, latencies in
@@ -118,7 +119,10 @@ type run struct {
 // Run runs the scenario's quiet baseline, then each mode, and returns the
 // results. Nothing is written; see WriteOutputs.
 func Run(ctx context.Context, o Options) (*Results, error) {
-	sc, err := Lookup(o.Scenario)
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	sc, err := Lookup(o.Scenario, o.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -154,25 +158,21 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 // baseline, which the later runs' p99s are divided by.
 func (res *Results) add(r run) {
 	var baseRow map[[2]string]float64 // tenant, criticality → admitted p99
-	var baseTenant map[string]float64
-	if len(res.runs) > 0 {
-		baseRow, baseTenant = map[[2]string]float64{}, map[string]float64{}
+	if len(res.runs) == 0 {
+		res.base = baselines(r)
+	} else {
+		baseRow = map[[2]string]float64{}
 		for _, row := range res.Rows {
 			if row.Mode == res.runs[0].mode {
 				baseRow[[2]string{row.Tenant, row.Criticality}] = row.AdmittedP99
 			}
 		}
-		for _, f := range res.Tenants {
-			if f.Mode == res.runs[0].mode {
-				baseTenant[f.Tenant] = f.AdmittedP99
-			}
-		}
 	}
 	res.runs = append(res.runs, r)
 	res.Rows = append(res.Rows, rows(r, baseRow)...)
-	figs := tenantFigures(r, baseTenant)
+	figs := tenantFigures(r, res.base)
 	res.Tenants = append(res.Tenants, figs...)
-	if baseTenant != nil {
+	if len(res.runs) > 1 {
 		res.Modes = append(res.Modes, r.mode)
 		res.Worst = append(res.Worst, worstInnocent(figs, r.dur.Seconds(), res.Targets))
 	}
@@ -201,9 +201,6 @@ func (o Options) withDefaults(sc *Scenario) Options {
 		for _, tl := range sc.Tenants {
 			o.Drain = max(o.Drain, tl.Timeout)
 		}
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
 	}
 	return o
 }
