@@ -114,14 +114,17 @@ func worstOf(t *testing.T, res *Results, mode Mode) Worst {
 	return res.Worst[i]
 }
 
-// logWorst logs the headline of modes, for a failing test's reader.
-func logWorst(t *testing.T, res *Results, modes ...Mode) {
+// noneVsFairgate runs a short version of scenario name in none and
+// fairgate and returns their headlines, logged for a failing test's reader.
+func noneVsFairgate(t *testing.T, name string, dur time.Duration) (res *Results, none, fg Worst) {
 	t.Helper()
-	for _, m := range modes {
+	res, _ = shortRun(t, name, []Mode{None, Fairgate}, dur)
+	for _, m := range []Mode{None, Fairgate} {
 		w := worstOf(t, res, m)
 		t.Logf("%s: lowest goodput %.1f%% (%s), highest p99 ratio %.2f× (%s), noisy admitted %.1f/s",
 			m, w.GoodputPct, w.GoodputTenant, w.P99Ratio, w.P99Tenant, w.NoisyOKPerS)
 	}
+	return res, worstOf(t, res, None), worstOf(t, res, Fairgate)
 }
 
 // tenantGoodput returns a tenant's goodput (%) in a mode, all criticalities.
@@ -141,9 +144,7 @@ func tenantGoodput(res *Results, mode Mode, id string) float64 {
 // modes run in the same test on the same machine state.
 
 func TestNoisyNeighbour(t *testing.T) {
-	res, _ := shortRun(t, "noisy-neighbour", []Mode{None, Fairgate}, 2*time.Second)
-	logWorst(t, res, None, Fairgate)
-	none, fg := worstOf(t, res, None), worstOf(t, res, Fairgate)
+	_, none, fg := noneVsFairgate(t, "noisy-neighbour", 2*time.Second)
 	if none.P99Ratio < 5*fg.P99Ratio {
 		t.Errorf("worst innocent p99 ratio: none %.2f× is not ≥ 5× fairgate's %.2f×: the scenario does not hurt", none.P99Ratio, fg.P99Ratio)
 	}
@@ -153,27 +154,21 @@ func TestNoisyNeighbour(t *testing.T) {
 }
 
 func TestSlowExport(t *testing.T) {
-	res, _ := shortRun(t, "slow-export", []Mode{None, Fairgate}, 3*time.Second)
-	logWorst(t, res, None, Fairgate)
-	none, fg := worstOf(t, res, None), worstOf(t, res, Fairgate)
+	_, none, fg := noneVsFairgate(t, "slow-export", 3*time.Second)
 	if none.P99Ratio < 3*fg.P99Ratio {
 		t.Errorf("worst innocent p99 ratio: none %.2f× is not ≥ 3× fairgate's %.2f×", none.P99Ratio, fg.P99Ratio)
 	}
 }
 
 func TestOverload(t *testing.T) {
-	res, _ := shortRun(t, "overload", []Mode{None, Fairgate}, 3*time.Second)
-	logWorst(t, res, None, Fairgate)
-	none, fg := worstOf(t, res, None), worstOf(t, res, Fairgate)
+	_, none, fg := noneVsFairgate(t, "overload", 3*time.Second)
 	if none.P99Ratio < 2*fg.P99Ratio {
 		t.Errorf("worst innocent p99 ratio: none %.2f× is not ≥ 2× fairgate's %.2f×", none.P99Ratio, fg.P99Ratio)
 	}
 }
 
 func TestSameTier(t *testing.T) {
-	res, _ := shortRun(t, "same-tier", []Mode{None, Fairgate}, 2*time.Second)
-	logWorst(t, res, None, Fairgate)
-	none, fg := worstOf(t, res, None), worstOf(t, res, Fairgate)
+	res, none, fg := noneVsFairgate(t, "same-tier", 2*time.Second)
 	if none.P99Ratio < 3*fg.P99Ratio {
 		t.Errorf("worst innocent p99 ratio: none %.2f× is not ≥ 3× fairgate's %.2f×: the flood does not hurt", none.P99Ratio, fg.P99Ratio)
 	}
