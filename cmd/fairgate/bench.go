@@ -22,7 +22,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	duration := fs.Duration("duration", 30*time.Second, "arrival time of each mode's run (the quiet baseline takes half)")
 	out := fs.String("out", "bench-out", "directory for results.json, report.md and the PNG plots")
 	redis := fs.String("redis", "", "Redis address (host:port) for the fairgate-redis mode, which needs it")
-	seed := fs.Uint64("seed", 1, "seed of the arrival processes and route mixes")
+	seed := fs.Uint64("seed", 1, "seed of the arrival processes, the route mixes and many-tenants' choice of noisy tenants")
 	quiet := fs.Bool("quiet", false, "no progress bars")
 	if err := fs.Parse(args); err != nil {
 		return err
