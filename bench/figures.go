@@ -42,8 +42,10 @@ type TenantFigures struct {
 	Deferred int `json:"deferred"`
 	Timeouts int `json:"timeouts"`
 	Errors   int `json:"errors"`
-	// RejectedBy counts rejections by the layer that refused them.
+	// RejectedBy counts rejections by the layer that refused them, and
+	// ByReason by "layer/reason" (see Row).
 	RejectedBy map[string]int `json:"rejected_by_layer,omitempty"`
+	ByReason   map[string]int `json:"rejected_by_reason,omitempty"`
 	// GoodputPct is OK ÷ Offered and RejectedPct Rejected ÷ Offered, in
 	// percent; 0 without arrivals.
 	GoodputPct  float64 `json:"goodput_pct"`
@@ -127,7 +129,7 @@ func tenantFigures(r run, base map[string]baseline) []TenantFigures {
 		row := summarise(groups[i], r.dur)
 		f := TenantFigures{Mode: r.mode, Tenant: tl.ID, Tier: tl.Tier, Role: tl.Role,
 			Offered: row.Sent + row.Deferred, OK: row.OK, Rejected: row.Rejected429 + row.Rejected503,
-			Deferred: row.Deferred, Timeouts: row.Timeouts, Errors: row.Errors, RejectedBy: row.RejectedBy,
+			Deferred: row.Deferred, Timeouts: row.Timeouts, Errors: row.Errors, RejectedBy: row.RejectedBy, ByReason: row.ByReason,
 			GoodputPct: row.GoodputPct, AdmittedP99: row.AdmittedP99, Admitted: row.Admitted}
 		if f.Offered > 0 {
 			f.RejectedPct = 100 * float64(f.Rejected) / float64(f.Offered)

@@ -125,7 +125,7 @@ func writeTenants(w io.Writer, res *Results, mode string) {
 		shown, rest = worstRows(figs, 5)
 	}
 	fmt.Fprintf(w, "### %s, per tenant\n\n", mode)
-	fmt.Fprintln(w, "| tenant | tier | role | offered | goodput | rejected | timeouts | p99 | baseline p99 | p99 ÷ baseline | rejections by layer |")
+	fmt.Fprintln(w, "| tenant | tier | role | offered | goodput | rejected | timeouts | p99 | baseline p99 | p99 ÷ baseline | rejections by layer/reason |")
 	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, f := range shown {
 		p99, ratio := "—", "—"
@@ -143,7 +143,7 @@ func writeTenants(w io.Writer, res *Results, mode string) {
 			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %.2f%% | %.2f%% | %d | %s | %s | %s | %s |\n",
-			f.Tenant, f.Tier, f.Role, f.Offered, f.GoodputPct, f.RejectedPct, f.Timeouts, p99, base, ratio, layerList(f.RejectedBy))
+			f.Tenant, f.Tier, f.Role, f.Offered, f.GoodputPct, f.RejectedPct, f.Timeouts, p99, base, ratio, layerList(f.ByReason))
 	}
 	if len(rest) > 0 {
 		var goodputs, ratios []float64
@@ -209,7 +209,7 @@ func writeOverhead(w io.Writer, res *Results) {
 	}
 }
 
-// layerList renders rejections by layer, e.g. "bulkhead 3, shed 12".
+// layerList renders rejection counts, e.g. "bulkhead/queue_full 3, shed/shed 12".
 func layerList(layers map[string]int) string {
 	if len(layers) == 0 {
 		return "—"

@@ -13,7 +13,7 @@ import (
 
 // synthRun builds a run of tenants from a per-tenant recipe: n arrivals
 // of which the first ok are 2xx taking lat each, then rejected 503s of
-// 1 ms (layer "shed").
+// 1 ms (layer "shed", reason "shed_priority").
 type synthTenant struct {
 	tl           TenantLoad
 	n, ok        int
@@ -34,7 +34,7 @@ func synthRun(mode string, ts []synthTenant) run {
 			case k < st.ok+st.timeouts:
 				s.outcome, s.latency = TimedOut, st.timeoutAfter
 			default:
-				s.outcome, s.latency, s.layer = Rejected503, time.Millisecond, "shed"
+				s.outcome, s.latency, s.layer, s.reason = Rejected503, time.Millisecond, "shed", "shed_priority"
 			}
 			r.samples = append(r.samples, s)
 		}
@@ -142,7 +142,7 @@ func TestReportRendering(t *testing.T) {
 		"| fairgate | 90.00% (c) | 1.25× (c) |",
 		"**missed**",
 		"### fairgate, per tenant",
-		"| c | starter | innocent | 100 | 90.00% | 10.00% | 0 | 25.0 ms (n=90) | 20.0 ms | 1.25× | shed 10 |",
+		"| c | starter | innocent | 100 | 90.00% | 10.00% | 0 | 25.0 ms (n=90) | 20.0 ms | 1.25× | shed/shed_priority 10 |",
 		"| loud | pro | noisy | 1000 | 10.00% | 90.00% |",
 	} {
 		if !strings.Contains(got, want) {

@@ -84,18 +84,22 @@ type Results struct {
 // BaselineP99 is the admitted p99 of the same tenant and criticality in the
 // quiet baseline.
 type Row struct {
-	Mode          string         `json:"mode"`
-	Tenant        string         `json:"tenant"`
-	Role          Role           `json:"role"`
-	Criticality   string         `json:"criticality"`
-	Sent          int            `json:"sent"`
-	Deferred      int            `json:"deferred"`
-	OK            int            `json:"ok"`
-	Rejected429   int            `json:"rejected_429"`
-	Rejected503   int            `json:"rejected_503"`
-	Errors        int            `json:"errors"`
-	Timeouts      int            `json:"timeouts"`
-	RejectedBy    map[string]int `json:"rejected_by_layer,omitempty"`
+	Mode        string         `json:"mode"`
+	Tenant      string         `json:"tenant"`
+	Role        Role           `json:"role"`
+	Criticality string         `json:"criticality"`
+	Sent        int            `json:"sent"`
+	Deferred    int            `json:"deferred"`
+	OK          int            `json:"ok"`
+	Rejected429 int            `json:"rejected_429"`
+	Rejected503 int            `json:"rejected_503"`
+	Errors      int            `json:"errors"`
+	Timeouts    int            `json:"timeouts"`
+	RejectedBy  map[string]int `json:"rejected_by_layer,omitempty"`
+	// ByReason counts rejections by "layer/reason" ("rate/tenant_quota",
+	// "rate/global_backstop"): one layer gives 429s and 503s for
+	// different causes.
+	ByReason      map[string]int `json:"rejected_by_reason,omitempty"`
 	P50           float64        `json:"p50_ms"`
 	P99           float64        `json:"p99_ms"`
 	P999          float64        `json:"p999_ms"`
@@ -362,6 +366,14 @@ func summarise(samples []sample, dur time.Duration) Row {
 				row.RejectedBy = map[string]int{}
 			}
 			row.RejectedBy[s.layer]++
+			if row.ByReason == nil {
+				row.ByReason = map[string]int{}
+			}
+			key := s.layer
+			if s.reason != "" {
+				key += "/" + s.reason
+			}
+			row.ByReason[key]++
 		}
 		row.Sent++
 		lat = append(lat, s.latency)
