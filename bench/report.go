@@ -81,9 +81,17 @@ func writeWorst(w io.Writer, res *Results) {
 		if x.P99Tenant != "" {
 			ratio = fmt.Sprintf("%.2f× (%s)", x.P99Ratio, x.P99Tenant)
 		}
-		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d tenants) | %.1f / %.1f /s | %s |\n",
-			x.Mode, x.GoodputPct, x.GoodputTenant, ratio, x.MedianGoodputPct, x.MedianP99Ratio, x.Innocents,
-			x.NoisyOKPerS, x.NoisyOfferedPerS, verdict(x, res.Targets))
+		noisy := "—"
+		if x.NoisyOfferedPerS > 0 {
+			noisy = fmt.Sprintf("%.1f / %.1f /s", x.NoisyOKPerS, x.NoisyOfferedPerS)
+		}
+		tenants := "tenants"
+		if x.Innocents == 1 {
+			tenants = "tenant"
+		}
+		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d %s) | %s | %s |\n",
+			x.Mode, x.GoodputPct, x.GoodputTenant, ratio, x.MedianGoodputPct, x.MedianP99Ratio, x.Innocents, tenants,
+			noisy, verdict(x, res.Targets))
 	}
 	fmt.Fprintln(w)
 }
