@@ -37,6 +37,7 @@ type sample struct {
 	latency time.Duration    // until the whole response was read; 0 if deferred
 	outcome Outcome
 	layer   string // the rejecting layer named by a 429/503 body
+	reason  string // and its reason ("tenant_quota", "global_backstop", …)
 }
 
 // maxInFlight bounds the requests one run keeps open. An arrival beyond it
@@ -256,10 +257,11 @@ func (l *load) classify(s *sample, resp *http.Response, body []byte, honour bool
 		return
 	}
 	var rej struct {
-		Layer string `json:"layer"`
+		Layer  string `json:"layer"`
+		Reason string `json:"reason"`
 	}
 	if json.Unmarshal(body, &rej) == nil && rej.Layer != "" {
-		s.layer = rej.Layer
+		s.layer, s.reason = rej.Layer, rej.Reason
 	} else {
 		s.layer = "unknown"
 	}

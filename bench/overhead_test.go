@@ -19,7 +19,7 @@ import (
 // overhead scenario measures the same at half an upstream's capacity,
 // open-loop: fairgate bench --scenario overhead.)
 func BenchmarkProxyOverhead(b *testing.B) {
-	sc, err := Lookup("overhead")
+	sc, err := Lookup("overhead", 1)
 	if err != nil {
 		b.Fatal(err)
 	}

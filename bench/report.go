@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,76 +40,165 @@ func WriteOutputs(dir string, res *Results) error {
 	return writePlots(dir, res)
 }
 
-// summary is one mode's line in the report: innocent tenants pooled.
-type summary struct {
-	mode                 string
-	innocentP99, baseP99 float64 // ms, pooled over innocent tenants
-	goodput              float64 // %, innocent ok ÷ offered
-	innocentTimeouts     int
-	noisyOK, noisyOffer  float64           // per second
-	layers               map[string][2]int // layer → {all, innocent}
-}
-
-// summaries pools each run's innocent and noisy samples.
-func (res *Results) summaries() []summary {
-	var out []summary
-	var base float64
-	for i, r := range res.runs {
-		s := summary{mode: r.mode, layers: map[string][2]int{}}
-		var inn []sample
-		var noisyOK, noisyOffer int
-		for _, x := range r.samples {
-			role := r.tenants[x.tenant].Role
-			if x.layer != "" {
-				c := s.layers[x.layer]
-				c[0]++
-				if role == Innocent {
-					c[1]++
-				}
-				s.layers[x.layer] = c
-			}
-			if role == Innocent {
-				inn = append(inn, x)
-				continue
-			}
-			noisyOffer++
-			if x.outcome == OK {
-				noisyOK++
-			}
-		}
-		row := summarise(inn, r.dur)
-		s.innocentP99, s.goodput, s.innocentTimeouts = row.P99, row.GoodputPct, row.Timeouts
-		s.noisyOK, s.noisyOffer = float64(noisyOK)/r.dur.Seconds(), float64(noisyOffer)/r.dur.Seconds()
-		if i == 0 {
-			base = row.P99
-		}
-		s.baseP99 = base
-		out = append(out, s)
-	}
-	return out
-}
-
-// WriteReport writes res's table in Markdown.
+// WriteReport writes res's tables in Markdown: the machine, each mode's
+// worst innocent tenant, then each mode's figures per tenant.
 func WriteReport(w io.Writer, res *Results) error {
 	fmt.Fprintf(w, "## %s\n\n%s\n\n", res.Scenario, res.Description)
-	fmt.Fprintf(w, "Each mode ran %s of arrivals after a %s quiet baseline (innocent tenants alone, plain proxy). "+
-		"Innocent figures pool every innocent tenant; p99 is over every request sent (a timeout counts as the client's timeout); "+
-		"goodput is 2xx ÷ arrivals (deferred ones included).\n\n",
-		time.Duration(res.DurationS*float64(time.Second)), time.Duration(res.BaselineS*float64(time.Second)))
-	fmt.Fprintln(w, "| mode | innocent p99 ÷ baseline | innocent p99 | innocent goodput | innocent timeouts | noisy admitted | noisy offered | rejections by layer (innocent's share) |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---|")
-	for _, s := range res.summaries() {
-		fmt.Fprintf(w, "| %s | %.2f× | %.1f ms | %.2f%% | %d | %.1f/s | %.1f/s | %s |\n",
-			s.mode, s.innocentP99/s.baseP99, s.innocentP99, s.goodput, s.innocentTimeouts, s.noisyOK, s.noisyOffer, layerList(s.layers))
+	fmt.Fprintf(w, "Machine: %s.\n\n", res.Machine)
+	fmt.Fprintf(w, "Seed %d. Each mode ran %s of arrivals after a %s quiet baseline (innocent tenants alone, mode %s). "+
+		"Goodput is 2xx ÷ arrivals (deferred ones included). Latency is of the requests not rejected (2xx, and timeouts at the client's timeout): "+
+		"429s and 503s are fast and would make it look good, so they are counted apart. "+
+		"p99 ÷ baseline divides a tenant's p99 by its own in the quiet baseline; "+
+		"† marks a tenant with fewer than %d requests there, whose baseline is the p99 of every innocent tenant with its route mix "+
+		"(nothing contends in the baseline, so they share one latency distribution; a p99 of a few requests is their maximum).",
+		res.Seed, secs(res.DurationS), secs(res.BaselineS), res.Baseline, minBaselineSamples)
+	if t := res.Targets; t.set() {
+		fmt.Fprintf(w, " Targets for every innocent tenant: goodput ≥ %g%%, p99 ≤ %g× baseline; none is the negative control and must miss them.", t.MinGoodputPct, t.MaxP99Ratio)
 	}
-	if len(res.Skipped) > 0 {
-		fmt.Fprintf(w, "\nSkipped: %s.\n", strings.Join(res.Skipped, ", "))
+	fmt.Fprint(w, "\n\n")
+	writeWorst(w, res)
+	for _, mode := range append([]string{"baseline"}, res.Modes...) {
+		writeTenants(w, res, mode)
 	}
 	if res.Scenario == "overhead" {
 		writeOverhead(w, res)
 	}
 	_, err := fmt.Fprintf(w, "\n![latency](latency-%[1]s.png)\n\n![goodput](goodput-%[1]s.png)\n", res.Scenario)
 	return err
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// writeWorst writes the headline table: per mode, the innocent tenant
+// with the lowest goodput and the one with the highest p99 ratio.
+func writeWorst(w io.Writer, res *Results) {
+	fmt.Fprintln(w, "### Worst innocent tenant")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| mode | lowest goodput | highest p99 ÷ baseline | median innocent | noisy admitted / offered | targets |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|")
+	for _, x := range res.Worst {
+		ratio := "—"
+		if x.P99Tenant != "" {
+			ratio = fmt.Sprintf("%.2f× (%s)", x.P99Ratio, x.P99Tenant)
+		}
+		noisy := "—"
+		if x.NoisyOfferedPerS > 0 {
+			noisy = fmt.Sprintf("%.1f / %.1f /s", x.NoisyOKPerS, x.NoisyOfferedPerS)
+		}
+		tenants := "tenants"
+		if x.Innocents == 1 {
+			tenants = "tenant"
+		}
+		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d %s) | %s | %s |\n",
+			x.Mode, x.GoodputPct, x.GoodputTenant, ratio, x.MedianGoodputPct, x.MedianP99Ratio, x.Innocents, tenants,
+			noisy, verdict(x, res.Targets))
+	}
+	fmt.Fprintln(w)
+}
+
+// verdict says whether x met the targets, and whether that is what its
+// mode should do: none is the negative control.
+func verdict(x Worst, t Targets) string {
+	switch {
+	case !t.set():
+		return "—"
+	case x.Mode == None.String() && x.Met:
+		return "**met: the negative control should miss them; the scenario hurts no one**"
+	case x.Mode == None.String():
+		return "missed (negative control, as it should)"
+	case x.Met:
+		return "met"
+	}
+	return "**missed**"
+}
+
+// maxTenantRows bounds a mode's per-tenant table: beyond it the table lists
+// the noisy tenants and the worst innocents, and sums up the rest
+// (results.json has every row).
+const maxTenantRows = 12
+
+// writeTenants writes mode's per-tenant table.
+func writeTenants(w io.Writer, res *Results, mode string) {
+	var figs []TenantFigures
+	for _, f := range res.Tenants {
+		if f.Mode == mode {
+			figs = append(figs, f)
+		}
+	}
+	if len(figs) == 0 {
+		return
+	}
+	shown, rest := figs, []TenantFigures(nil)
+	if len(figs) > maxTenantRows {
+		shown, rest = worstRows(figs, 5)
+	}
+	fmt.Fprintf(w, "### %s, per tenant\n\n", mode)
+	fmt.Fprintln(w, "| tenant | tier | role | offered | goodput | rejected | timeouts | p99 | baseline p99 | p99 ÷ baseline | rejections by layer/reason |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+	for _, f := range shown {
+		p99, ratio := "—", "—"
+		if f.Admitted > 0 {
+			p99 = fmt.Sprintf("%.1f ms (n=%d)", f.AdmittedP99, f.Admitted)
+		}
+		if f.P99Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f×", f.P99Ratio)
+		}
+		base := "—"
+		if f.BaselineP99 > 0 {
+			base = fmt.Sprintf("%.1f ms", f.BaselineP99)
+			if f.BaselinePooled {
+				base += " †"
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %.2f%% | %.2f%% | %d | %s | %s | %s | %s |\n",
+			f.Tenant, f.Tier, f.Role, f.Offered, f.GoodputPct, f.RejectedPct, f.Timeouts, p99, base, ratio, layerList(f.ByReason))
+	}
+	if len(rest) > 0 {
+		var goodputs, ratios []float64
+		for _, f := range rest {
+			goodputs = append(goodputs, f.GoodputPct)
+			if f.P99Ratio > 0 {
+				ratios = append(ratios, f.P99Ratio)
+			}
+		}
+		fmt.Fprintf(w, "| … %d more innocent tenants | | | | median %.2f%% | | | | | median %.2f× | (all in results.json) |\n",
+			len(rest), median(goodputs), median(ratios))
+	}
+	fmt.Fprintln(w)
+}
+
+// worstRows splits figs into what a long table shows — every noisy
+// tenant, then the n innocents with the lowest goodput and the n with the
+// highest p99 ratio, worst first — and the innocents it leaves out.
+func worstRows(figs []TenantFigures, n int) (shown, rest []TenantFigures) {
+	var noisy, inn []TenantFigures
+	for _, f := range figs {
+		if f.Role == Noisy {
+			noisy = append(noisy, f)
+		} else {
+			inn = append(inn, f)
+		}
+	}
+	byGoodput := slices.Clone(inn)
+	slices.SortStableFunc(byGoodput, worstFirst)
+	byRatio := slices.Clone(inn)
+	slices.SortStableFunc(byRatio, func(a, b TenantFigures) int { return cmp.Compare(b.P99Ratio, a.P99Ratio) })
+	pick := map[string]bool{}
+	for _, f := range byGoodput[:min(n, len(byGoodput))] {
+		pick[f.Tenant] = true
+	}
+	for _, f := range byRatio[:min(n, len(byRatio))] {
+		pick[f.Tenant] = true
+	}
+	shown = noisy
+	for _, f := range byGoodput {
+		if pick[f.Tenant] {
+			shown = append(shown, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	return shown, rest
 }
 
 // writeOverhead adds the overhead scenario's table: each proxy's added
@@ -127,14 +217,14 @@ func writeOverhead(w io.Writer, res *Results) {
 	}
 }
 
-func layerList(layers map[string][2]int) string {
+// layerList renders rejection counts, e.g. "bulkhead/queue_full 3, shed/shed 12".
+func layerList(layers map[string]int) string {
 	if len(layers) == 0 {
 		return "—"
 	}
 	var parts []string
 	for _, l := range slices.Sorted(maps.Keys(layers)) {
-		c := layers[l]
-		parts = append(parts, fmt.Sprintf("%s %d (%d)", l, c[0], c[1]))
+		parts = append(parts, fmt.Sprintf("%s %d", l, layers[l]))
 	}
 	return strings.Join(parts, ", ")
 }

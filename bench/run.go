@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -22,7 +23,8 @@ var discardLog = log.New(io.Discard, "", 0)
 type Options struct {
 	// Scenario is a name from ScenarioNames.
 	Scenario string
-	// Modes run back to back after the baseline. Nil means DefaultModes.
+	// Modes run back to back after the baseline. Nil means DefaultModes,
+	// and FairgateRedis too when RedisAddr is set.
 	Modes []Mode
 	// Duration is the arrival time of each mode's run. Zero means 30s.
 	Duration time.Duration
@@ -33,13 +35,11 @@ type Options struct {
 	// open; they are then cancelled and counted as timeouts. Zero means
 	// the scenario's longest client timeout.
 	Drain time.Duration
-	// RedisAddr is the Redis for the fairgate-redis mode. Empty skips that
-	// mode.
+	// RedisAddr is the Redis for the fairgate-redis mode, which Run
+	// refuses without it.
 	RedisAddr string
 	// Progress receives a progress bar per run. Nil means none.
 	Progress io.Writer
-	// Log receives notes (a skipped mode). Nil discards them.
-	Log io.Writer
 	// Seed makes arrivals and mixes repeatable. Zero means 1.
 	Seed uint64
 }
@@ -51,7 +51,19 @@ type Results struct {
 	DurationS   float64  `json:"duration_s"`
 	BaselineS   float64  `json:"baseline_s"`
 	Modes       []string `json:"modes"`
-	Skipped     []string `json:"skipped,omitempty"`
+	// Baseline is the quiet baseline's mode: none (the plain proxy), or
+	// direct for the overhead scenario.
+	Baseline string  `json:"baseline_mode"`
+	Seed     uint64  `json:"seed"`
+	Machine  Machine `json:"machine"`
+	// Targets are what every innocent tenant must get in a protected mode
+	// (and must not get in none, the negative control).
+	Targets Targets `json:"targets"`
+	// Worst holds each mode's worst innocent tenant, in run order.
+	Worst []Worst `json:"worst_innocent"`
+	// Tenants holds one entry per mode (and "baseline") and tenant, all
+	// criticalities together.
+	Tenants []TenantFigures `json:"tenants"`
 	// Rows holds one row per mode (and "baseline"), tenant and
 	// criticality.
 	Rows []Row `json:"rows"`
@@ -60,28 +72,40 @@ type Results struct {
 	RampStartS float64 `json:"ramp_start_s,omitempty"`
 	RampPeakS  float64 `json:"ramp_peak_s,omitempty"`
 
-	runs []run // per mode, for the plots and the report's pooled figures
+	runs []run               // baseline first, then per mode, for the plots
+	base map[string]baseline // per tenant, from runs[0]
 }
 
-// Row is the figures of one mode, tenant and criticality. Percentiles are
-// over every request sent, whatever became of it (a rejection is fast; a
-// timeout counts as the client's timeout), in milliseconds.
+// Row is the figures of one mode, tenant and criticality, latencies in
+// milliseconds. P50, P99 and P999 are over every request sent, whatever
+// became of it (a rejection is fast; a timeout counts as the client's
+// timeout); AdmittedP50 and AdmittedP99 only over those not rejected (2xx
+// and timeouts), so fast rejections cannot make latency look good.
+// BaselineP99 is the admitted p99 of the same tenant and criticality in the
+// quiet baseline.
 type Row struct {
-	Mode          string         `json:"mode"`
-	Tenant        string         `json:"tenant"`
-	Role          Role           `json:"role"`
-	Criticality   string         `json:"criticality"`
-	Sent          int            `json:"sent"`
-	Deferred      int            `json:"deferred"`
-	OK            int            `json:"ok"`
-	Rejected429   int            `json:"rejected_429"`
-	Rejected503   int            `json:"rejected_503"`
-	Errors        int            `json:"errors"`
-	Timeouts      int            `json:"timeouts"`
-	RejectedBy    map[string]int `json:"rejected_by_layer,omitempty"`
+	Mode        string         `json:"mode"`
+	Tenant      string         `json:"tenant"`
+	Role        Role           `json:"role"`
+	Criticality string         `json:"criticality"`
+	Sent        int            `json:"sent"`
+	Deferred    int            `json:"deferred"`
+	OK          int            `json:"ok"`
+	Rejected429 int            `json:"rejected_429"`
+	Rejected503 int            `json:"rejected_503"`
+	Errors      int            `json:"errors"`
+	Timeouts    int            `json:"timeouts"`
+	RejectedBy  map[string]int `json:"rejected_by_layer,omitempty"`
+	// ByReason counts rejections by "layer/reason" ("rate/tenant_quota",
+	// "rate/global_backstop"): one layer gives 429s and 503s for
+	// different causes.
+	ByReason      map[string]int `json:"rejected_by_reason,omitempty"`
 	P50           float64        `json:"p50_ms"`
 	P99           float64        `json:"p99_ms"`
 	P999          float64        `json:"p999_ms"`
+	Admitted      int            `json:"admitted"`
+	AdmittedP50   float64        `json:"admitted_p50_ms"`
+	AdmittedP99   float64        `json:"admitted_p99_ms"`
 	BaselineP99   float64        `json:"baseline_p99_ms"`
 	GoodputPct    float64        `json:"goodput_pct"`
 	AdmittedPerS  float64        `json:"ok_per_s"`
@@ -99,12 +123,19 @@ type run struct {
 // Run runs the scenario's quiet baseline, then each mode, and returns the
 // results. Nothing is written; see WriteOutputs.
 func Run(ctx context.Context, o Options) (*Results, error) {
-	sc, err := Lookup(o.Scenario)
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	sc, err := Lookup(o.Scenario, o.Seed)
 	if err != nil {
 		return nil, err
 	}
 	o = o.withDefaults(&sc)
-	res := &Results{Scenario: sc.Name, Description: sc.Description, DurationS: o.Duration.Seconds(), BaselineS: o.Baseline.Seconds()}
+	if slices.Contains(o.Modes, FairgateRedis) && o.RedisAddr == "" {
+		return nil, errors.New("bench: mode fairgate-redis needs a Redis address (--redis HOST:PORT)")
+	}
+	res := &Results{Scenario: sc.Name, Description: sc.Description, DurationS: o.Duration.Seconds(), BaselineS: o.Baseline.Seconds(),
+		Baseline: sc.Baseline.String(), Seed: o.Seed, Machine: machineNow(), Targets: sc.Targets}
 	for _, tl := range sc.Tenants {
 		if tl.Ramp != nil && tl.Role == Noisy {
 			res.RampStartS, res.RampPeakS = tl.Ramp.Start*o.Duration.Seconds(), tl.Ramp.Peak*o.Duration.Seconds()
@@ -115,28 +146,40 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	baseRows := rows(&quiet, base, nil)
-	res.Rows = append(res.Rows, baseRows...)
-	baseP99 := map[[2]string]float64{}
-	for _, r := range baseRows {
-		baseP99[[2]string{r.Tenant, r.Criticality}] = r.P99
-	}
-	res.runs = append(res.runs, base)
+	res.add(base)
 	for _, m := range o.Modes {
-		if m == FairgateRedis && o.RedisAddr == "" {
-			res.Skipped = append(res.Skipped, m.String())
-			fmt.Fprintf(o.Log, "bench: skipping mode fairgate-redis: no --redis ADDR given\n")
-			continue
-		}
 		r, err := runOnce(ctx, &sc, m, m.String(), o.Duration, o)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s/%s: %w", sc.Name, m, err)
 		}
-		res.Modes = append(res.Modes, m.String())
-		res.Rows = append(res.Rows, rows(&sc, r, baseP99)...)
-		res.runs = append(res.runs, r)
+		res.add(r)
 	}
+	res.Machine.LoadEnd = loadAverage()
 	return res, ctx.Err()
+}
+
+// add appends run r's figures to res. The first run added is the quiet
+// baseline, which the later runs' p99s are divided by.
+func (res *Results) add(r run) {
+	var baseRow map[[2]string]float64 // tenant, criticality → admitted p99
+	if len(res.runs) == 0 {
+		res.base = baselines(r)
+	} else {
+		baseRow = map[[2]string]float64{}
+		for _, row := range res.Rows {
+			if row.Mode == res.runs[0].mode {
+				baseRow[[2]string{row.Tenant, row.Criticality}] = row.AdmittedP99
+			}
+		}
+	}
+	res.runs = append(res.runs, r)
+	res.Rows = append(res.Rows, rows(r, baseRow)...)
+	figs := tenantFigures(r, res.base)
+	res.Tenants = append(res.Tenants, figs...)
+	if len(res.runs) > 1 {
+		res.Modes = append(res.Modes, r.mode)
+		res.Worst = append(res.Worst, worstInnocent(figs, r.dur.Seconds(), res.Targets))
+	}
 }
 
 func (o Options) withDefaults(sc *Scenario) Options {
@@ -144,6 +187,9 @@ func (o Options) withDefaults(sc *Scenario) Options {
 		o.Modes = DefaultModes()
 		if sc.DefaultModes != nil {
 			o.Modes = sc.DefaultModes
+		}
+		if o.RedisAddr != "" && !slices.Contains(o.Modes, FairgateRedis) {
+			o.Modes = append(slices.Clone(o.Modes), FairgateRedis)
 		}
 	}
 	if o.Duration <= 0 {
@@ -159,12 +205,6 @@ func (o Options) withDefaults(sc *Scenario) Options {
 		for _, tl := range sc.Tenants {
 			o.Drain = max(o.Drain, tl.Timeout)
 		}
-	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
 	}
 	return o
 }
@@ -261,8 +301,10 @@ func showProgress(w io.Writer, desc string, dur time.Duration, l *load) (stop fu
 	}
 }
 
-// rows summarises a run per tenant and criticality.
-func rows(sc *Scenario, r run, baseP99 map[[2]string]float64) []Row {
+// rows summarises a run per tenant and criticality. baseP99 maps a tenant
+// and criticality to its admitted p99 in the quiet baseline; nil for the
+// baseline itself.
+func rows(r run, baseP99 map[[2]string]float64) []Row {
 	type key struct {
 		tenant int
 		crit   shed.Criticality
@@ -284,13 +326,13 @@ func rows(sc *Scenario, r run, baseP99 map[[2]string]float64) []Row {
 	})
 	out := make([]Row, 0, len(keys))
 	for _, k := range keys {
-		tl := sc.Tenants[k.tenant]
+		tl := r.tenants[k.tenant]
 		row := summarise(groups[k], r.dur)
 		row.Mode, row.Tenant, row.Role, row.Criticality = r.mode, tl.ID, tl.Role, k.crit.String()
 		if baseP99 != nil {
 			row.BaselineP99 = baseP99[[2]string{tl.ID, row.Criticality}]
 		} else {
-			row.BaselineP99 = row.P99
+			row.BaselineP99 = row.AdmittedP99
 		}
 		out = append(out, row)
 	}
@@ -302,6 +344,7 @@ func rows(sc *Scenario, r run, baseP99 map[[2]string]float64) []Row {
 func summarise(samples []sample, dur time.Duration) Row {
 	var row Row
 	lat := make([]time.Duration, 0, len(samples))
+	var admitted []time.Duration
 	for _, s := range samples {
 		switch s.outcome {
 		case Deferred:
@@ -323,12 +366,26 @@ func summarise(samples []sample, dur time.Duration) Row {
 				row.RejectedBy = map[string]int{}
 			}
 			row.RejectedBy[s.layer]++
+			if row.ByReason == nil {
+				row.ByReason = map[string]int{}
+			}
+			key := s.layer
+			if s.reason != "" {
+				key += "/" + s.reason
+			}
+			row.ByReason[key]++
 		}
 		row.Sent++
 		lat = append(lat, s.latency)
+		if s.outcome == OK || s.outcome == TimedOut {
+			admitted = append(admitted, s.latency)
+		}
 	}
 	slices.Sort(lat)
 	row.P50, row.P99, row.P999 = nan0(percentile(lat, 0.5)), nan0(percentile(lat, 0.99)), nan0(percentile(lat, 0.999))
+	slices.Sort(admitted)
+	row.Admitted = len(admitted)
+	row.AdmittedP50, row.AdmittedP99 = nan0(percentile(admitted, 0.5)), nan0(percentile(admitted, 0.99))
 	if offered := row.Sent + row.Deferred; offered > 0 {
 		row.GoodputPct = 100 * float64(row.OK) / float64(offered)
 		row.OfferedPerSec = float64(offered) / dur.Seconds()

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -86,7 +87,10 @@ type TenantLoad struct {
 	// ID and Tier name the tenant in the gateway config; Key is its API
 	// key (the config holds only its hash).
 	ID, Tier, Key string
-	Role          Role
+	// Contract, when set, overrides the tier's quota in the gateway
+	// config: the tenant's contract lets it send more than its tier.
+	Contract *Contract
+	Role     Role
 	// Rate is the mean arrival rate in requests per second, multiplied by
 	// Ramp's factor when Ramp is set.
 	Rate     float64
@@ -117,6 +121,27 @@ func (tl *TenantLoad) peakRate() float64 {
 	return tl.Rate * max(tl.Ramp.From, tl.Ramp.To)
 }
 
+// Contract is a tenant's own quota, replacing its tier's.
+type Contract struct {
+	// Rate in tokens per second and Burst in tokens.
+	Rate, Burst float64
+	// MaxConcurrent caps the tenant's requests executing upstream. Zero
+	// keeps the tier's cap.
+	MaxConcurrent int
+}
+
+// meanServiceTime is the mean time, in seconds, one of tl's requests holds
+// a connection of up.
+func (tl *TenantLoad) meanServiceTime(up *demoapi.API) float64 {
+	var wsum, wd float64
+	for _, c := range tl.Calls {
+		wsum += c.Weight
+		path, q, _ := strings.Cut(c.Path, "?")
+		wd += c.Weight * up.MeanServiceTime(path, strings.TrimPrefix(q, "rows=")).Seconds()
+	}
+	return wd / wsum
+}
+
 // Scenario is a named overload situation: an upstream, tenants with their
 // loads, and the settings of the alternatives fairgate is compared with.
 type Scenario struct {
@@ -135,6 +160,9 @@ type Scenario struct {
 	// Baseline is the mode of the quiet baseline run: None (the plain
 	// proxy) unless the scenario measures the proxy itself.
 	Baseline Mode
+	// Targets are what every innocent tenant must get in a protected mode;
+	// the none mode must miss them. Zero judges nothing.
+	Targets Targets
 	// DefaultModes replaces DefaultModes() for this scenario when set.
 	DefaultModes []Mode
 	// unlimited lifts every tenant quota and cap in the gateway config
@@ -150,15 +178,9 @@ func (s *Scenario) globalRate() float64 {
 	up := demoapi.New(s.Upstream)
 	var reqs, work float64
 	for _, tl := range s.Tenants {
-		var wsum, wd float64
-		for _, c := range tl.Calls {
-			wsum += c.Weight
-			path, q, _ := strings.Cut(c.Path, "?")
-			wd += c.Weight * up.MeanServiceTime(path, strings.TrimPrefix(q, "rows=")).Seconds()
-		}
 		r := tl.peakRate()
 		reqs += r
-		work += r * wd / wsum
+		work += r * tl.meanServiceTime(up)
 	}
 	if work == 0 {
 		return 1
@@ -209,8 +231,14 @@ func (s *Scenario) GatewayConfig(upstream string) (gateway.Config, error) {
 	fmt.Fprintf(&b, benchConfig, upstream)
 	for _, tl := range s.Tenants {
 		fmt.Fprintf(&b, "  - {id: %s, tier: %s, api_keys_sha256: [%s]", tl.ID, tl.Tier, tenant.HashKey(tl.Key))
-		if s.unlimited {
+		switch {
+		case s.unlimited:
 			b.WriteString(", rate: 1000000, burst: 1000000, max_concurrent: 0")
+		case tl.Contract != nil:
+			fmt.Fprintf(&b, ", rate: %g, burst: %g", tl.Contract.Rate, tl.Contract.Burst)
+			if tl.Contract.MaxConcurrent > 0 {
+				fmt.Fprintf(&b, ", max_concurrent: %d", tl.Contract.MaxConcurrent)
+			}
 		}
 		b.WriteString("}\n")
 	}
@@ -256,15 +284,19 @@ func innocents() []TenantLoad {
 }
 
 // Scenario names, in the order --scenario all runs them.
-var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat"}
+var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat", "same-tier", "backstop", "many-tenants"}
 
 // ScenarioNames returns the names Lookup knows.
 func ScenarioNames() []string { return slices.Clone(scenarioNames) }
 
-// Lookup returns the named scenario.
-func Lookup(name string) (Scenario, error) {
+// Lookup returns the named scenario. seed picks what a scenario draws at
+// random (many-tenants' noisy tenants); 0 means 1, as in Options.
+func Lookup(name string, seed uint64) (Scenario, error) {
+	if seed == 0 {
+		seed = 1
+	}
 	up := demoapi.Config{Connections: 8}
-	base := Scenario{Name: name, Upstream: up, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20, GlobalTokens: 400}
+	base := Scenario{Name: name, Upstream: up, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20, GlobalTokens: 400, Targets: defaultTargets}
 	switch name {
 	case "noisy-neighbour":
 		// initech's quota is 15 tokens/s; its mix costs 7.6 tokens a
@@ -297,6 +329,7 @@ func Lookup(name string) (Scenario, error) {
 		// connection-seconds a second each; with the innocents ~1.7×
 		// capacity.
 		s := base
+		s.Targets.MaxP99Ratio = 2 // a genuine overload: some queueing is fair
 		s.Description = "Every tenant within its quota, but together beyond capacity: enterprise tenants wayne, stark and wonka ramp to 95% of their quotas with mixed criticalities (55% critical reads, 25% searches, 20% sheddable exports), honouring Retry-After; total ~1.7× capacity. No tenant misbehaves: only a global limit and shedding by criticality can help."
 		mixed := []Call{weighted(usersMe, 55), weighted(search, 25), weighted(export, 20)}
 		s.Tenants = innocents()
@@ -319,6 +352,62 @@ func Lookup(name string) (Scenario, error) {
 				Rate: 15.0 / 7.6, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 1, To: 50},
 				Calls: []Call{weighted(export, 70), weighted(search, 30)}, Users: 100, IPs: 100, Timeout: 10 * time.Second}}
 		return s, nil
+	case "same-tier":
+		// Three pro tenants share the pro pool (30% of the 8 seats, half as
+		// much again when borrowing). umbrella's contract lifts its quota to
+		// 1000 tokens/s and its cap to 16; it ramps to 450 searches/s (cost
+		// 2: 900 tokens/s, within it), 20 ms each: 9 connection-seconds a
+		// second against the pool's ~3 seats and the upstream's 8. Neither
+		// its rate limit nor its cap binds, and there is no global backstop:
+		// the pool's queue builds, and only fair queuing and shedding that
+		// sees tenants keep the quiet pro tenants whole.
+		s := base
+		s.GlobalTokens = 0
+		s.Description = "Three pro tenants share the pro pool. umbrella's contract lifts its quota to 1000 tokens/s and its concurrency cap to 16, and it floods searches (default criticality, 20 ms each) inside it, ramping to 450/s (900 tokens/s) from 10% to 40% of the run, ignoring Retry-After: ~9 connection-seconds a second against the pool's ~3 seats and the upstream's 8. globex and soylent, pro tenants at 30 and 10 requests/s, are the innocents."
+		s.Tenants = []TenantLoad{
+			innocentTenant("globex", "pro", 30, 50, 10),
+			innocentTenant("soylent", "pro", 10, 20, 4),
+			{ID: "umbrella", Tier: "pro", Key: "bench-umbrella-key", Contract: &Contract{Rate: 1000, Burst: 1000, MaxConcurrent: 16}, Role: Noisy,
+				Rate: 450, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 0.1, To: 1}, Calls: []Call{weighted(search, 1)},
+				Users: 40, IPs: 40, Timeout: 5 * time.Second},
+		}
+		return s, nil
+	case "backstop":
+		// wayne sends only its own enterprise quota: 19 exports/s of 2000
+		// rows (cost 10: 190 of 200 tokens/s), 600 ms each — 11.4
+		// connection-seconds a second against 8, so the global backstop (100
+		// tokens/s here) is what stands between it and the upstream. The
+		// light tenants together use ~39 tokens/s, each well below an equal
+		// share of the backstop (25): a fair backstop refuses none of them.
+		// wayne's contract keeps the enterprise quota but raises its
+		// concurrency cap to 16 (its exports are long), so that the cap (6
+		// seats = 100 tokens/s of these exports) does not bind before the
+		// backstop does.
+		s := base
+		s.GlobalTokens = 100
+		s.Description = "Enterprise tenant wayne (its contract raises its concurrency cap to 16, not its rate) sends only its own quota, ramping to 19 exports/s of 2000 rows (190 of 200 tokens/s, ~600 ms each) from 10% to 40% of the run, ignoring Retry-After: above the 100 tokens/s global backstop and ~1.4× the upstream. Pro tenants globex and soylent and starter tenant hooli are light (~39 tokens/s together, each below a quarter of the backstop)."
+		s.Tenants = []TenantLoad{
+			innocentTenant("globex", "pro", 15, 30, 6),
+			innocentTenant("soylent", "pro", 10, 20, 4),
+			innocentTenant("hooli", "starter", 5, 5, 2),
+			{ID: "wayne", Tier: "enterprise", Key: "bench-wayne-key", Contract: &Contract{Rate: 200, Burst: 400, MaxConcurrent: 16}, Role: Noisy,
+				Rate: 19, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 0.1, To: 1}, Arrivals: Constant,
+				Calls: []Call{weighted(Call{Method: "POST", Path: "/api/v1/reports/export?rows=2000", Criticality: shed.Sheddable}, 1)},
+				Users: 8, IPs: 2, Timeout: 10 * time.Second},
+		}
+		return s, nil
+	case "many-tenants":
+		s := base
+		s.Tenants = manyTenants(seed)
+		var noisy []string
+		for _, tl := range s.Tenants {
+			if tl.Role == Noisy {
+				noisy = append(noisy, tl.ID)
+			}
+		}
+		s.Description = fmt.Sprintf("%d tenants (20 enterprise at 3 requests/s, 40 pro at 2, 40 starter at 1); %d of them, drawn by the seed (%s), ramp to 25 requests/s of initech's mix (70%% exports) from 10%% to 40%% of the run, ignoring Retry-After: ~27 connection-seconds a second against 8. The rest are innocent.",
+			len(s.Tenants), len(noisy), strings.Join(noisy, ", "))
+		return s, nil
 	case "overhead":
 		// The same cheap request, direct and through each proxy, at half
 		// the upstream's capacity: 2 connections × 5 ms exactly (no
@@ -334,6 +423,36 @@ func Lookup(name string) (Scenario, error) {
 	}
 	return Scenario{}, fmt.Errorf("bench: unknown scenario %q (want %s, all or overhead)", name, strings.Join(scenarioNames, ", "))
 }
+
+// manyTenants is many-tenants' cast: 20 enterprise, 40 pro and 40 starter
+// tenants at 3, 2 and 1 requests/s (about 180 requests/s, 1.7
+// connection-seconds a second), of which manyNoisy, drawn by seed, are
+// noisy instead: each ramps to 25 requests/s of initech's mix (7.6 tokens
+// and 216 ms of a connection a request: 190 tokens/s, within an enterprise
+// quota and 13× a starter's), 27 connection-seconds a second for the five.
+func manyTenants(seed uint64) []TenantLoad {
+	var out []TenantLoad
+	for _, t := range []struct {
+		tier string
+		n    int
+		rate float64
+	}{{"enterprise", 20, 3}, {"pro", 40, 2}, {"starter", 40, 1}} {
+		for i := range t.n {
+			out = append(out, innocentTenant(fmt.Sprintf("%s-%02d", t.tier, i+1), t.tier, t.rate, 5, 1))
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x6d616e79)) // "many"
+	for _, i := range rng.Perm(len(out))[:manyNoisy] {
+		tl := &out[i]
+		tl.Role, tl.Rate, tl.Ramp, tl.Arrivals = Noisy, 1, &Ramp{Start: 0.1, Peak: 0.4, From: 1, To: 25}, Constant
+		tl.Calls = []Call{weighted(export, 70), weighted(search, 30)}
+		tl.Users, tl.IPs, tl.Timeout, tl.HonourRetryAfter = 4, 4, 10*time.Second, false
+	}
+	return out
+}
+
+// manyNoisy is the number of noisy tenants in many-tenants.
+const manyNoisy = 5
 
 // percentile returns the p-quantile (0 < p ≤ 1) of sorted by nearest rank,
 // or NaN for no samples.

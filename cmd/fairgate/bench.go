@@ -18,11 +18,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "noisy-neighbour", "scenario: "+strings.Join(bench.ScenarioNames(), ", ")+", all, or overhead")
-	modes := fs.String("modes", "", "comma-separated modes run back to back: none, global, ip, fairgate, fairgate-redis (default: every mode needing no external service)")
+	modes := fs.String("modes", "", "comma-separated modes run back to back: none, global, ip, fairgate, fairgate-redis (default: none,global,ip,fairgate, and fairgate-redis when --redis is set)")
 	duration := fs.Duration("duration", 30*time.Second, "arrival time of each mode's run (the quiet baseline takes half)")
 	out := fs.String("out", "bench-out", "directory for results.json, report.md and the PNG plots")
-	redis := fs.String("redis", "", "Redis address (host:port) for the fairgate-redis mode")
-	seed := fs.Uint64("seed", 1, "seed of the arrival processes and route mixes")
+	redis := fs.String("redis", "", "Redis address (host:port) for the fairgate-redis mode, which needs it")
+	seed := fs.Uint64("seed", 1, "seed of the arrival processes, the route mixes and many-tenants' choice of noisy tenants")
 	quiet := fs.Bool("quiet", false, "no progress bars")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -33,7 +33,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *duration < time.Second || *duration > time.Hour {
 		return errors.New("--duration: must be between 1s and 1h")
 	}
-	o := bench.Options{Duration: *duration, RedisAddr: *redis, Seed: *seed, Progress: stderr, Log: stderr}
+	o := bench.Options{Duration: *duration, RedisAddr: *redis, Seed: *seed, Progress: stderr}
 	if *quiet {
 		o.Progress = nil
 	}

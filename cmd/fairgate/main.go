@@ -41,7 +41,8 @@ Usage:
   fairgate demo [--listen ADDR]     run the gateway and a built-in demo API (embedded store)
   fairgate demo-upstream [--listen ADDR]
                                     run only the demo API (for serve with the demo config)
-  fairgate bench [--scenario NAME] [--modes LIST] [--duration D] [--out DIR]  overload benchmarks (see bench/RESULTS.md)
+  fairgate bench [--scenario NAME] [--modes LIST] [--duration D] [--seed N] [--redis ADDR] [--out DIR]
+                                    overload benchmarks (see bench/RESULTS.md)
   fairgate check-config FILE        validate a config file; non-zero exit on error
   fairgate hash-key                 read an API key on stdin, print the hash for the config
 `

@@ -56,3 +56,17 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("exit %d, %q", code, errb.String())
 	}
 }
+
+// Asking for the Redis mode without a Redis is an error, not an empty
+// report with exit status 0.
+func TestBenchRedisModeNeedsRedis(t *testing.T) {
+	var out, errb bytes.Buffer
+	dir := filepath.Join(t.TempDir(), "out")
+	code := run([]string{"bench", "--quiet", "--modes", "fairgate-redis", "--duration", "1s", "--out", dir}, nil, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "fairgate-redis needs a Redis address") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("%s was written", dir)
+	}
+}

@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Targets are what every innocent tenant of a scenario must get in a
+// protected mode. The none mode is the scenario's negative control: it
+// must miss them, or the scenario does not hurt anyone.
+type Targets struct {
+	// MinGoodputPct is the lowest acceptable goodput, in percent.
+	MinGoodputPct float64 `json:"min_goodput_pct"`
+	// MaxP99Ratio is the highest acceptable admitted p99 ÷ the tenant's
+	// own quiet-baseline p99.
+	MaxP99Ratio float64 `json:"max_p99_ratio"`
+}
+
+// set reports whether t judges anything (the overhead scenario has no
+// targets).
+func (t Targets) set() bool { return t.MinGoodputPct > 0 || t.MaxP99Ratio > 0 }
+
+// defaultTargets are the issue's isolation targets: an innocent tenant
+// keeps 99% of its requests and its p99 stays within 1.5× its baseline.
+var defaultTargets = Targets{MinGoodputPct: 99, MaxP99Ratio: 1.5}
+
+// TenantFigures are one tenant's figures in one run, all criticalities
+// together.
+type TenantFigures struct {
+	Mode   string `json:"mode"`
+	Tenant string `json:"tenant"`
+	Tier   string `json:"tier"`
+	Role   Role   `json:"role"`
+	// Offered counts arrivals: requests sent and those the client
+	// deferred, honouring a Retry-After.
+	Offered  int `json:"offered"`
+	OK       int `json:"ok"`
+	Rejected int `json:"rejected"` // 429 and 503
+	Deferred int `json:"deferred"`
+	Timeouts int `json:"timeouts"`
+	Errors   int `json:"errors"`
+	// RejectedBy counts rejections by the layer that refused them, and
+	// ByReason by "layer/reason" (see Row).
+	RejectedBy map[string]int `json:"rejected_by_layer,omitempty"`
+	ByReason   map[string]int `json:"rejected_by_reason,omitempty"`
+	// GoodputPct is OK ÷ Offered and RejectedPct Rejected ÷ Offered, in
+	// percent; 0 without arrivals.
+	GoodputPct  float64 `json:"goodput_pct"`
+	RejectedPct float64 `json:"rejected_pct"`
+	// AdmittedP99 is the p99 latency (ms) of the requests not rejected:
+	// 2xx, and timeouts at the client's timeout (a queue that makes
+	// clients give up must not look fast). Rejections are fast and would
+	// make latency look good; they are counted in Rejected instead.
+	// Admitted is the number of samples behind it; 0 means none and
+	// AdmittedP99 is 0.
+	AdmittedP99 float64 `json:"admitted_p99_ms"`
+	Admitted    int     `json:"admitted"`
+	// BaselineP99 is the tenant's AdmittedP99 in the quiet baseline, and
+	// P99Ratio AdmittedP99 ÷ BaselineP99; both 0 where either is missing
+	// (a noisy tenant has no baseline). BaselinePooled says the tenant had
+	// fewer than minBaselineSamples there, so BaselineP99 is over every
+	// innocent tenant with its route mix (see baselines).
+	BaselineP99    float64 `json:"baseline_admitted_p99_ms,omitempty"`
+	BaselinePooled bool    `json:"baseline_pooled,omitempty"`
+	P99Ratio       float64 `json:"p99_ratio,omitempty"`
+}
+
+// baseline is a tenant's quiet-baseline p99, the denominator of its p99
+// ratio.
+type baseline struct {
+	p99    float64 // ms
+	pooled bool
+}
+
+// minBaselineSamples is the fewest admitted baseline requests a tenant's
+// own p99 is taken from. Below it "p99" is about the tenant's slowest
+// request, and whether that happened to be a 5 ms read or a 20 ms search
+// moves the ratio by 4×: a light tenant at 1 request/s has 10 in a 10 s
+// baseline.
+const minBaselineSamples = 100
+
+// baselines returns each tenant's baseline from the quiet baseline run r:
+// its own admitted p99, or, with fewer than minBaselineSamples admitted,
+// the p99 of every tenant in r with the same route mix. In the quiet
+// baseline nothing contends, so tenants with one mix draw from one
+// latency distribution, and the pooled p99 is the better estimate of
+// theirs.
+func baselines(r run) map[string]baseline {
+	own := make([][]time.Duration, len(r.tenants))
+	byMix := map[string][]time.Duration{}
+	for _, s := range r.samples {
+		if s.outcome != OK && s.outcome != TimedOut {
+			continue
+		}
+		own[s.tenant] = append(own[s.tenant], s.latency)
+		k := mixKey(r.tenants[s.tenant].Calls)
+		byMix[k] = append(byMix[k], s.latency)
+	}
+	for _, lat := range byMix {
+		slices.Sort(lat)
+	}
+	out := make(map[string]baseline, len(r.tenants))
+	for i, tl := range r.tenants {
+		if len(own[i]) >= minBaselineSamples {
+			slices.Sort(own[i])
+			out[tl.ID] = baseline{p99: percentile(own[i], 0.99)}
+		} else if lat := byMix[mixKey(tl.Calls)]; len(lat) > 0 {
+			out[tl.ID] = baseline{p99: percentile(lat, 0.99), pooled: true}
+		}
+	}
+	return out
+}
+
+// mixKey identifies a route mix.
+func mixKey(calls []Call) string { return fmt.Sprint(calls) }
+
+// tenantFigures summarises run r per tenant, in scenario order, dividing
+// each tenant's p99 by its baseline in base.
+func tenantFigures(r run, base map[string]baseline) []TenantFigures {
+	groups := make([][]sample, len(r.tenants))
+	for _, s := range r.samples {
+		groups[s.tenant] = append(groups[s.tenant], s)
+	}
+	out := make([]TenantFigures, 0, len(r.tenants))
+	for i, tl := range r.tenants {
+		row := summarise(groups[i], r.dur)
+		f := TenantFigures{Mode: r.mode, Tenant: tl.ID, Tier: tl.Tier, Role: tl.Role,
+			Offered: row.Sent + row.Deferred, OK: row.OK, Rejected: row.Rejected429 + row.Rejected503,
+			Deferred: row.Deferred, Timeouts: row.Timeouts, Errors: row.Errors, RejectedBy: row.RejectedBy, ByReason: row.ByReason,
+			GoodputPct: row.GoodputPct, AdmittedP99: row.AdmittedP99, Admitted: row.Admitted}
+		if f.Offered > 0 {
+			f.RejectedPct = 100 * float64(f.Rejected) / float64(f.Offered)
+		}
+		b := base[tl.ID]
+		f.BaselineP99, f.BaselinePooled = b.p99, b.pooled
+		if f.Admitted > 0 && f.BaselineP99 > 0 {
+			f.P99Ratio = f.AdmittedP99 / f.BaselineP99
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// Worst is a mode's headline: its worst innocent tenant by goodput and,
+// separately, by p99 ratio — never an average over innocents, which hides
+// exactly the tenant who suffers.
+type Worst struct {
+	Mode string `json:"mode"`
+	// Innocents is the number of innocent tenants with arrivals.
+	Innocents int `json:"innocents"`
+	// GoodputTenant had the lowest goodput, GoodputPct.
+	GoodputTenant string  `json:"lowest_goodput_tenant"`
+	GoodputPct    float64 `json:"lowest_goodput_pct"`
+	// P99Tenant had the highest admitted p99 ÷ its baseline p99,
+	// P99Ratio. Tenants with nothing admitted have no ratio; their
+	// goodput (0) is the headline then.
+	P99Tenant string  `json:"highest_p99_ratio_tenant,omitempty"`
+	P99Ratio  float64 `json:"highest_p99_ratio,omitempty"`
+	// MedianGoodputPct and MedianP99Ratio are the median innocent's, for
+	// scale: many tenants fine and one starved is another story than all
+	// of them a little worse.
+	MedianGoodputPct float64 `json:"median_goodput_pct"`
+	MedianP99Ratio   float64 `json:"median_p99_ratio,omitempty"`
+	// NoisyOKPerS and NoisyOfferedPerS are the noisy tenants' admitted and
+	// offered requests per second, together.
+	NoisyOKPerS      float64 `json:"noisy_ok_per_s"`
+	NoisyOfferedPerS float64 `json:"noisy_offered_per_s"`
+	// Met reports whether every innocent tenant met the scenario's
+	// targets (false when the scenario has none).
+	Met bool `json:"met_targets"`
+}
+
+// worstInnocent returns the headline of one run's figures, lasting dur.
+// Ties go to the tenant listed first.
+func worstInnocent(figs []TenantFigures, dur float64, t Targets) Worst {
+	var w Worst
+	var goodputs, ratios []float64
+	var noisyOK, noisyOffered int
+	w.GoodputPct, w.P99Ratio = math.Inf(1), math.Inf(-1)
+	for _, f := range figs {
+		w.Mode = f.Mode
+		if f.Role == Noisy {
+			noisyOK += f.OK
+			noisyOffered += f.Offered
+			continue
+		}
+		if f.Offered == 0 {
+			continue
+		}
+		w.Innocents++
+		goodputs = append(goodputs, f.GoodputPct)
+		if f.GoodputPct < w.GoodputPct {
+			w.GoodputTenant, w.GoodputPct = f.Tenant, f.GoodputPct
+		}
+		if f.P99Ratio > 0 {
+			ratios = append(ratios, f.P99Ratio)
+			if f.P99Ratio > w.P99Ratio {
+				w.P99Tenant, w.P99Ratio = f.Tenant, f.P99Ratio
+			}
+		}
+	}
+	if w.Innocents == 0 {
+		w.GoodputPct = 0
+	}
+	if w.P99Tenant == "" {
+		w.P99Ratio = 0
+	}
+	w.MedianGoodputPct, w.MedianP99Ratio = median(goodputs), median(ratios)
+	if dur > 0 {
+		w.NoisyOKPerS, w.NoisyOfferedPerS = float64(noisyOK)/dur, float64(noisyOffered)/dur
+	}
+	w.Met = t.set() && w.Innocents > 0 &&
+		(t.MinGoodputPct == 0 || w.GoodputPct >= t.MinGoodputPct) &&
+		(t.MaxP99Ratio == 0 || w.P99Ratio <= t.MaxP99Ratio)
+	return w
+}
+
+// worstFirst orders innocent figures from worst to best: lowest goodput
+// first, then highest p99 ratio.
+func worstFirst(a, b TenantFigures) int {
+	return cmp.Or(cmp.Compare(a.GoodputPct, b.GoodputPct), cmp.Compare(b.P99Ratio, a.P99Ratio))
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count), or 0 for none. It sorts xs.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}

@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/shed"
+)
+
+// synthRun builds a run of tenants from a per-tenant recipe: n arrivals
+// of which the first ok are 2xx taking lat each, then rejected 503s of
+// 1 ms (layer "shed", reason "shed_priority").
+type synthTenant struct {
+	tl           TenantLoad
+	n, ok        int
+	lat          time.Duration
+	timeouts     int
+	timeoutAfter time.Duration
+}
+
+func synthRun(mode string, ts []synthTenant) run {
+	r := run{mode: mode, dur: 10 * time.Second}
+	for i, st := range ts {
+		r.tenants = append(r.tenants, st.tl)
+		for k := range st.n {
+			s := sample{tenant: i, crit: shed.Default, at: time.Duration(k) * time.Millisecond}
+			switch {
+			case k < st.ok:
+				s.outcome, s.latency = OK, st.lat
+			case k < st.ok+st.timeouts:
+				s.outcome, s.latency = TimedOut, st.timeoutAfter
+			default:
+				s.outcome, s.latency, s.layer, s.reason = Rejected503, time.Millisecond, "shed", "shed_priority"
+			}
+			r.samples = append(r.samples, s)
+		}
+	}
+	return r
+}
+
+func tl(id, tier string, role Role) TenantLoad { return TenantLoad{ID: id, Tier: tier, Role: role} }
+
+// synthResults is a baseline where every innocent takes 10 ms, a none run
+// where b suffers in latency, and a fairgate run where c loses requests.
+func synthResults() *Results {
+	a, b, c, loud := tl("a", "pro", Innocent), tl("b", "pro", Innocent), tl("c", "starter", Innocent), tl("loud", "pro", Noisy)
+	res := &Results{Scenario: "synthetic", Baseline: "none", Targets: defaultTargets, DurationS: 10, BaselineS: 5,
+		Machine: Machine{Cores: 2, GOMAXPROCS: 2, LoadStart: []float64{0.5, 0.4, 0.3}, LoadEnd: []float64{1.5, 0.9, 0.5}}}
+	res.add(synthRun("baseline", []synthTenant{
+		{tl: a, n: 100, ok: 100, lat: 10 * time.Millisecond},
+		{tl: b, n: 100, ok: 100, lat: 10 * time.Millisecond},
+		{tl: c, n: 100, ok: 100, lat: 20 * time.Millisecond},
+	}))
+	res.add(synthRun("none", []synthTenant{
+		{tl: a, n: 100, ok: 100, lat: 12 * time.Millisecond},
+		// b: every request admitted, 5 of them only after the client gave up.
+		{tl: b, n: 100, ok: 95, lat: 10 * time.Millisecond, timeouts: 5, timeoutAfter: 2 * time.Second},
+		{tl: c, n: 100, ok: 100, lat: 20 * time.Millisecond},
+		{tl: loud, n: 1000, ok: 1000, lat: 3 * time.Second},
+	}))
+	res.add(synthRun("fairgate", []synthTenant{
+		{tl: a, n: 100, ok: 100, lat: 11 * time.Millisecond},
+		{tl: b, n: 100, ok: 100, lat: 10 * time.Millisecond},
+		// c: 10 fast rejections, which must not make its latency look good.
+		{tl: c, n: 100, ok: 90, lat: 25 * time.Millisecond},
+		{tl: loud, n: 1000, ok: 100, lat: 50 * time.Millisecond},
+	}))
+	return res
+}
+
+func TestWorstInnocent(t *testing.T) {
+	res := synthResults()
+	if len(res.Worst) != 2 {
+		t.Fatalf("%d headlines, want 2 (none, fairgate): %+v", len(res.Worst), res.Worst)
+	}
+	// none: b's timeouts put its p99 at 2 s, 200× its baseline, and cost
+	// it 5% of goodput; a's 1.2× is no excuse and no average hides b.
+	// fairgate: c lost 10%, and its p99 is over the 90 admitted only
+	// (25 ms ÷ 20 ms), not lowered by its fast rejections.
+	for i, want := range []Worst{
+		{Mode: "none", GoodputTenant: "b", GoodputPct: 95, P99Tenant: "b", P99Ratio: 200},
+		{Mode: "fairgate", GoodputTenant: "c", GoodputPct: 90, P99Tenant: "c", P99Ratio: 1.25},
+	} {
+		got := res.Worst[i]
+		if got.Mode != want.Mode || got.GoodputTenant != want.GoodputTenant || got.GoodputPct != want.GoodputPct ||
+			got.P99Tenant != want.P99Tenant || math.Abs(got.P99Ratio-want.P99Ratio) > 1e-9 || got.Met {
+			t.Errorf("headline %d = %+v, want %+v and the targets missed", i, got, want)
+		}
+	}
+	none, fg := res.Worst[0], res.Worst[1]
+	if none.Innocents != 3 || none.NoisyOKPerS != 100 || none.NoisyOfferedPerS != 100 {
+		t.Errorf("none: %d innocents, noisy %.1f of %.1f/s; want 3, 100 of 100", none.Innocents, none.NoisyOKPerS, none.NoisyOfferedPerS)
+	}
+	if got, want := fg.MedianGoodputPct, 100.0; got != want {
+		t.Errorf("fairgate median goodput = %v, want %v", got, want)
+	}
+	var c TenantFigures
+	for _, f := range res.Tenants {
+		if f.Mode == "fairgate" && f.Tenant == "c" {
+			c = f
+		}
+	}
+	if c.Rejected != 10 || c.RejectedPct != 10 || c.RejectedBy["shed"] != 10 || c.Admitted != 90 || c.AdmittedP99 != 25 {
+		t.Errorf("fairgate c = %+v", c)
+	}
+}
+
+func TestWorstInnocentMeetsTargets(t *testing.T) {
+	figs := []TenantFigures{
+		{Mode: "fairgate", Tenant: "x", Role: Innocent, Offered: 100, GoodputPct: 99.5, Admitted: 99, P99Ratio: 1.4},
+		{Mode: "fairgate", Tenant: "y", Role: Innocent, Offered: 100, GoodputPct: 100, Admitted: 100, P99Ratio: 1.1},
+		{Mode: "fairgate", Tenant: "idle", Role: Innocent}, // no arrivals: not judged
+		{Mode: "fairgate", Tenant: "z", Role: Noisy, Offered: 100, GoodputPct: 1},
+	}
+	w := worstInnocent(figs, 1, defaultTargets)
+	if !w.Met || w.GoodputTenant != "x" || w.P99Tenant != "x" || w.Innocents != 2 {
+		t.Errorf("worstInnocent = %+v, want x worst on both and the targets met", w)
+	}
+	figs[1].P99Ratio = 1.6
+	if w := worstInnocent(figs, 1, defaultTargets); w.Met || w.P99Tenant != "y" {
+		t.Errorf("worstInnocent = %+v, want y's 1.6× to miss the targets", w)
+	}
+	if w := worstInnocent(figs, 1, Targets{}); w.Met {
+		t.Error("a scenario without targets met them")
+	}
+}
+
+func TestReportRendering(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteReport(&b, synthResults()); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		"Machine: 2 cores, GOMAXPROCS 2; load average (1, 5, 15 min) 0.50 0.40 0.30 at the start, 1.50 0.90 0.50 at the end.",
+		"| none | 95.00% (b) | 200.00× (b) |",
+		"missed (negative control, as it should)",
+		"| fairgate | 90.00% (c) | 1.25× (c) |",
+		"**missed**",
+		"### fairgate, per tenant",
+		"| c | starter | innocent | 100 | 90.00% | 10.00% | 0 | 25.0 ms (n=90) | 20.0 ms | 1.25× | shed/shed_priority 10 |",
+		"| loud | pro | noisy | 1000 | 10.00% | 90.00% |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// A none mode that meets the targets is shouted about: the scenario does
+// not hurt, so it measures nothing.
+func TestReportFlagsHarmlessScenario(t *testing.T) {
+	res := synthResults()
+	res.Worst[0].Met = true
+	var b bytes.Buffer
+	WriteReport(&b, res)
+	if !strings.Contains(b.String(), "the negative control should miss them") {
+		t.Errorf("report does not flag a none mode meeting the targets:\n%s", b.String())
+	}
+}
+
+// Past maxTenantRows tenants, a mode's table keeps the noisy tenants and
+// the worst innocents and sums up the rest.
+func TestReportManyTenants(t *testing.T) {
+	var base, hit []synthTenant
+	for i := range 40 {
+		x := synthTenant{tl: tl(fmt.Sprintf("t%02d", i), "starter", Innocent), n: 100, ok: 100, lat: 10 * time.Millisecond}
+		base = append(base, x)
+		if i == 17 {
+			x.ok = 50 // the one who suffers
+		}
+		hit = append(hit, x)
+	}
+	hit = append(hit, synthTenant{tl: tl("loud", "pro", Noisy), n: 500, ok: 10, lat: 10 * time.Millisecond})
+	res := &Results{Scenario: "many", Targets: defaultTargets}
+	res.add(synthRun("baseline", base))
+	res.add(synthRun("fairgate", hit))
+	var b bytes.Buffer
+	WriteReport(&b, res)
+	got := b.String()
+	table := got[strings.Index(got, "### fairgate, per tenant"):]
+	if n := strings.Count(table, "| innocent |"); n > 10 {
+		t.Errorf("fairgate table lists %d innocents, want ≤ 10", n)
+	}
+	for _, want := range []string{"| loud | pro | noisy |", "| t17 | starter | innocent | 100 | 50.00% |", "more innocent tenants | | | | median 100.00%", "| fairgate | 50.00% (t17) |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestParseLoadAvg(t *testing.T) {
+	got, err := parseLoadAvg("0.91 0.70 0.79 7/114 6393\n")
+	if err != nil || len(got) != 3 || got[0] != 0.91 || got[2] != 0.79 {
+		t.Fatalf("parseLoadAvg = %v, %v", got, err)
+	}
+	if _, err := parseLoadAvg("0.91"); err == nil {
+		t.Error("parseLoadAvg accepted one field")
+	}
+	m := Machine{Cores: 2, GOMAXPROCS: 2, LoadStart: []float64{1.5, 1, 1}}
+	if !strings.Contains(m.String(), "busy") || strings.Contains(m.String(), "unknown at the start") {
+		t.Errorf("Machine.String() = %q, want a busy note", m.String())
+	}
+	if s := (Machine{Cores: 2, GOMAXPROCS: 2}).String(); !strings.Contains(s, "unknown at the start, unknown at the end") {
+		t.Errorf("Machine.String() = %q", s)
+	}
+}
+
+// A tenant with few baseline requests is judged against the p99 of every
+// tenant with its route mix, not against its own slowest request.
+func TestBaselinesPoolFewSamples(t *testing.T) {
+	heavy, light, other := tl("heavy", "pro", Innocent), tl("light", "starter", Innocent), tl("other", "starter", Innocent)
+	heavy.Calls, light.Calls = interactive(), interactive()
+	other.Calls = []Call{weighted(export, 1)}
+	r := synthRun("baseline", []synthTenant{
+		{tl: heavy, n: 200, ok: 200, lat: 30 * time.Millisecond},
+		{tl: light, n: 5, ok: 5, lat: 5 * time.Millisecond},
+		{tl: other, n: 5, ok: 5, lat: 300 * time.Millisecond},
+	})
+	got := baselines(r)
+	want := map[string]baseline{
+		"heavy": {p99: 30},
+		"light": {p99: 30, pooled: true},  // heavy's 200 and its own 5
+		"other": {p99: 300, pooled: true}, // alone with its mix
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("baselines[%s] = %+v, want %+v", id, got[id], w)
+		}
+	}
+}
+
+// The plots draw from synthetic runs, few tenants and many, without error.
+func TestPlots(t *testing.T) {
+	many := &Results{Scenario: "many", Targets: defaultTargets, DurationS: 10}
+	var base, hit []synthTenant
+	for i := range 40 {
+		x := synthTenant{tl: tl(fmt.Sprintf("t%02d", i), "starter", Innocent), n: 100, ok: 100 - i, lat: time.Duration(10+i) * time.Millisecond}
+		base, hit = append(base, x), append(hit, x)
+	}
+	hit = append(hit, synthTenant{tl: tl("loud", "pro", Noisy), n: 500, ok: 10, lat: 300 * time.Millisecond})
+	many.add(synthRun("baseline", base))
+	many.add(synthRun("fairgate", hit))
+	for _, res := range []*Results{synthResults(), many} {
+		dir := t.TempDir()
+		if err := writePlots(dir, res); err != nil {
+			t.Fatalf("%s: %v", res.Scenario, err)
+		}
+		if tenants, pooled := res.drawn(res.runs[1]); pooled != (res == many) || len(tenants) > 5 {
+			t.Errorf("%s: drawn %v, pooled %v", res.Scenario, tenants, pooled)
+		}
+	}
+}
