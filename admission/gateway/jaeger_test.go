@@ -38,12 +38,18 @@ func TestJaegerEndToEnd(t *testing.T) {
 			t.Cleanup(func() { tp.Shutdown(context.Background()) })
 
 			base, up, _ := startGateway(t, func(c *Config) {
-				// A backstop that the steps below exhaust on purpose:
-				// 1 + 25 + 5 tokens before the overload step, which
-				// then needs 20 per export.
-				c.Admission.Global = &admission.GlobalConfig{Burst: 60, Rate: 0.001}
+				// A backstop that the steps below exhaust on purpose
+				// (every tenant is above its share of a rate this low):
+				// 1 + 25 + 25 tokens before the overload step, the last
+				// search leaving 29 (a default request must leave a
+				// quarter of the burst), then an export (sheddable: must
+				// leave half) cannot pass.
+				c.Admission.Global = &admission.GlobalConfig{Burst: 80, Rate: 0.001}
 			}, Options{TracerProvider: tp})
 			release := make(chan struct{})
+			var releaseOnce sync.Once
+			releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+			t.Cleanup(releaseAll) // a failed step must not leave the upstream holding requests
 			var held atomic.Int32
 			up.handler = func(w http.ResponseWriter, r *http.Request) {
 				if r.Header.Get("X-Tenant-Id") == "globex" {
@@ -84,7 +90,7 @@ func TestJaegerEndToEnd(t *testing.T) {
 			}
 			waitFor(t, func() bool { return held.Load() == 4 })
 			conc := do(t, "GET", base+"/api/v1/search", "demo-pro-key", nil)
-			close(release)
+			releaseAll()
 			wg.Wait()
 			if conc.status != 429 || decodeRejection(t, conc)["layer"] != "concurrency" {
 				t.Fatalf("concurrency step: %d %s", conc.status, conc.body)
