@@ -12,10 +12,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/client"
 	"github.com/fairgate/fairgate/deploy/examples"
-	"github.com/fairgate/fairgate/tenant"
 )
 
 // These tests run the client against a real fairgate gateway in process:
@@ -148,7 +148,7 @@ func TestFairgateRetriesOf503StayWithinBudget(t *testing.T) {
 					t.Fatal(err)
 				}
 				cfg.Upstream = "http://upstream.test"
-				cfg.Admission.Global = &tenant.Quota{Rate: 2, Burst: 20}
+				cfg.Admission.Global = &admission.GlobalConfig{Rate: 2, Burst: 20}
 				ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 				gw, err := gateway.New(cfg, gateway.Options{Transport: handlerTransport{ok}})
 				if err != nil {
