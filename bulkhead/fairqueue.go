@@ -173,6 +173,16 @@ func (q *FairQueue[T]) longest() (flow string, n int) {
 	return q.flows[q.byCount[q.maxCount]].key, q.maxCount
 }
 
+// newest returns the last item pushed to flow, leaving it queued.
+func (q *FairQueue[T]) newest(flow string) (T, bool) {
+	fi, ok := q.byKey[flow]
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return q.nodes[q.flows[fi].tail].item, true
+}
+
 // popNewest removes and returns the last item pushed to flow.
 func (q *FairQueue[T]) popNewest(flow string) (T, bool) {
 	fi, ok := q.byKey[flow]

@@ -318,7 +318,7 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 		ps.mu.Unlock()
 		return Seat{}, ErrDraining
 	}
-	if !ps.makeRoomLocked(p, r.flow()) {
+	if !ps.makeRoomLocked(p, &r, now) {
 		ps.mu.Unlock()
 		return Seat{}, ErrQueueFull
 	}
@@ -378,7 +378,7 @@ func (ps *Pools) flowKey(flow string) string {
 // makeRoomLocked reports whether p's queue can take one more request of
 // flow, pushing out the newest request of the longest flow if that flow is
 // longer than flow would be.
-func (ps *Pools) makeRoomLocked(p *pool, flow string) bool {
+func (ps *Pools) makeRoomLocked(p *pool, r *Request, now time.Time) bool {
 	if p.queue.Len() < p.cfg.QueueLength {
 		return true
 	}
@@ -386,8 +386,15 @@ func (ps *Pools) makeRoomLocked(p *pool, flow string) bool {
 		return false
 	}
 	longest, n := p.queue.longest()
-	if p.queue.flowLen(ps.flowKey(flow))+1 >= n {
-		return false
+	if p.queue.flowLen(ps.flowKey(r.flow()))+1 >= n {
+		// Not shorter: only a tenant within its fair share may still
+		// push out the newest request of a longest flow whose tenant
+		// is above its own.
+		last, _ := p.queue.newest(longest)
+		ps.shareLevelLocked(p, ps.nanos(now))
+		if !ps.withinLocked(p, r.Tenant, now) || ps.withinLocked(p, last.req.Tenant, now) {
+			return false
+		}
 	}
 	victim, _ := p.queue.popNewest(longest)
 	ps.queued--
@@ -521,7 +528,7 @@ func (ps *Pools) dispatchLocked() {
 // tenants above their shares, whose traffic builds it.
 func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
 	ps.shareLevelLocked(p, ps.nanos(now))
-	w, ok := p.queue.PopFunc(func(w *waiter) bool { return ps.readyLocked(w) && ps.withinLocked(p, w, now) })
+	w, ok := p.queue.PopFunc(func(w *waiter) bool { return ps.readyLocked(w) && ps.withinLocked(p, w.req.Tenant, now) })
 	if !ok {
 		w, ok = p.queue.PopFunc(ps.readyLocked)
 	}

@@ -62,10 +62,10 @@ func (ps *Pools) shareLevelLocked(p *pool, now int64) {
 	}
 }
 
-// withinLocked reports whether queued request w's tenant is within its
-// fair share of p at now, by the level last computed. ps.mu must be held.
-func (ps *Pools) withinLocked(p *pool, w *waiter, now time.Time) bool {
-	u := p.users[w.req.Tenant]
+// withinLocked reports whether tenant is within its fair share of p at now,
+// by the level last computed. ps.mu must be held.
+func (ps *Pools) withinLocked(p *pool, tenant string, now time.Time) bool {
+	u := p.users[tenant]
 	return u == nil || useOf(u, ps.nanos(now)) <= p.level*u.weight
 }
 
@@ -87,9 +87,9 @@ func (ps *Pools) recomputeLocked(p *pool, now int64) {
 	p.scratch = ds[:0]
 }
 
-// useOf is u's use at now: its average, or its count if higher.
+// useOf is u's use at now: its average over about UsageWindow.
 func useOf(u *poolUser, now int64) float64 {
-	return max(u.use.At(now, usageTau), float64(u.use.Level()))
+	return u.use.At(now, usageTau)
 }
 
 // useLocked changes the count of r's tenant's requests held or queued in

@@ -2,6 +2,7 @@ package bulkhead
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -112,5 +113,46 @@ func TestShare(t *testing.T) {
 			synctest.Wait()
 		}
 		checkDrained(t, ps)
+	})
+}
+
+// A full queue takes a request of a tenant within its share even when no
+// flow is longer than the newcomer's would be, by pushing out the newest
+// request of a longest flow whose tenant is above its share; a newcomer
+// above its own share is refused (the negative control).
+func TestFullQueueMakesRoomForATenantWithinItsShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps := onePool(t, 1, PoolConfig{Share: 1, QueueLength: 2, MaxWait: time.Minute})
+		held := mustAcquire(t, ps, "p", "heavy")
+		a := acquireReq(t.Context(), ps, "p", Request{Tenant: "heavy", Flow: "heavy/a", Cost: 1})
+		b := acquireReq(t.Context(), ps, "p", Request{Tenant: "heavy", Flow: "heavy/b", Cost: 1})
+		time.Sleep(3 * UsageWindow) // heavy: 3 held or queued against 1 seat
+
+		if _, err := ps.Acquire(t.Context(), "p", Request{Tenant: "heavy", Flow: "heavy/c", Cost: 1}); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("heavy's third flow at a full queue: %v, want ErrQueueFull", err)
+		}
+		light := acquireReq(t.Context(), ps, "p", Request{Tenant: "light", Cost: 1})
+		pushed := 0
+		for _, ch := range []<-chan result{a, b} {
+			select {
+			case r := <-ch:
+				if !errors.Is(r.err, ErrQueueFull) {
+					t.Fatalf("heavy's queued request ended with %v", r.err)
+				}
+				pushed++
+			default:
+			}
+		}
+		if pushed != 1 {
+			t.Fatalf("%d of heavy's queued requests pushed out for light's, want 1", pushed)
+		}
+		held.Release()
+		synctest.Wait()
+		r := <-light
+		if r.err != nil {
+			t.Fatalf("light: %v", r.err)
+		}
+		r.seat.Release()
+		synctest.Wait()
 	})
 }
