@@ -15,9 +15,18 @@ import (
 // Config is the admission part of the config file.
 type Config struct {
 	// Routes classify requests by method and path template; the first
-	// match wins. A request that matches none costs 1 token, has default
-	// criticality and is labelled "unmatched".
+	// match wins. A request that matches none is priced by Unmatched and
+	// labelled "unmatched".
 	Routes []RouteConfig `yaml:"routes"`
+	// Unmatched prices the requests that match no route. Nil means cost 1
+	// and default criticality; set it so that an unknown path costs as
+	// much as the dearest route.
+	Unmatched *UnmatchedConfig `yaml:"unmatched"`
+	// EncodedSlashes is what a path with an escaped '/' ("%2F") gets:
+	// "refuse" (400, the default) or "allow" (classified with the %2F
+	// inside its segment, as an upstream routing on the escaped path sees
+	// it, and forwarded as sent).
+	EncodedSlashes EncodedSlashes `yaml:"encoded_slashes"`
 	// Global is the backstop bucket shared by every tenant, sized below the
 	// sum of the tiers' rates so that tenants all inside their quotas still
 	// cannot together exceed what the upstream was sized for. Over it: 503.
@@ -46,6 +55,50 @@ type Config struct {
 	TrustedPriorityFrom []string `yaml:"trusted_priority_from"`
 }
 
+// UnmatchedConfig prices the requests that match no route.
+type UnmatchedConfig struct {
+	// Cost is the tokens such a request takes: >= 1, and no larger than
+	// any tier's, tenant's or the global burst. Zero means 1.
+	Cost float64 `yaml:"cost"`
+	// Criticality is critical, default or sheddable. Default: default.
+	Criticality shed.Criticality `yaml:"criticality"`
+}
+
+// EncodedSlashes is what a request whose path holds an escaped '/' gets.
+type EncodedSlashes uint8
+
+const (
+	// RefuseEncodedSlashes answers 400 (reason encoded_slash): "/a%2Fb"
+	// is one segment to some upstreams and two to others, so fairgate
+	// cannot know which route it is.
+	RefuseEncodedSlashes EncodedSlashes = iota
+	// AllowEncodedSlashes classifies the path with each %2F inside its
+	// segment and forwards it as sent.
+	AllowEncodedSlashes
+)
+
+// UnmarshalText parses "refuse" or "allow" (empty means refuse) and rejects
+// anything else.
+func (e *EncodedSlashes) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "refuse":
+		*e = RefuseEncodedSlashes
+	case "allow":
+		*e = AllowEncodedSlashes
+	default:
+		return fmt.Errorf("encoded_slashes: %q is not refuse or allow", b)
+	}
+	return nil
+}
+
+// String returns "refuse" or "allow".
+func (e EncodedSlashes) String() string {
+	if e == AllowEncodedSlashes {
+		return "allow"
+	}
+	return "refuse"
+}
+
 // DefaultUnauthenticated is the per-IP limit on requests without a valid key
 // when the config sets none.
 var defaultUnauthenticated = tenant.Quota{Rate: 1, Burst: 10}
@@ -69,11 +122,16 @@ type compiled struct {
 	flows map[*tenant.Tenant]*[3]string
 	// trusted are the networks whose X-Fairgate-Priority is believed.
 	trusted []netip.Prefix
+	// slashes is what a path with an escaped '/' gets.
+	slashes EncodedSlashes
 }
 
 func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 	var errs []error
-	out := &compiled{reg: reg}
+	out := &compiled{reg: reg, slashes: c.EncodedSlashes}
+	if c.EncodedSlashes > AllowEncodedSlashes {
+		errs = append(errs, fmt.Errorf("encoded_slashes: unknown value %d (refuse or allow)", c.EncodedSlashes))
+	}
 	seen := map[string]int{}
 	groups := map[string]bool{}
 	if reg != nil {
@@ -96,37 +154,29 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		if r.Group != "" && !tenant.ValidID(r.Group) {
 			errs = append(errs, fmt.Errorf("routes[%d].group: must be 1-64 letters, digits, '.', '_' or '-'", i))
 		}
-		if reg != nil {
-			if r.Group != "" && !groups[r.Group] {
-				errs = append(errs, fmt.Errorf("routes[%d].group: no tier sets a quota for group %q (tiers.NAME.groups.%s)", i, r.Group, r.Group))
-			}
-			for name, tc := range reg.Tiers() {
-				if r.Cost > tc.Burst {
-					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above tiers.%s.burst (%v): such a request could never pass", i, r.Cost, name, tc.Burst))
-				}
-				if q, ok := tc.Groups[r.Group]; ok && r.Cost > q.Burst {
-					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above tiers.%s.groups.%s.burst (%v): such a request could never pass", i, r.Cost, name, r.Group, q.Burst))
-				}
-			}
-			for _, t := range reg.Tenants() {
-				if r.Cost > t.Burst {
-					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above tenant %s's burst (%v): such a request could never pass", i, r.Cost, t.ID, t.Burst))
-				}
-			}
+		if reg != nil && r.Group != "" && !groups[r.Group] {
+			errs = append(errs, fmt.Errorf("routes[%d].group: no tier sets a quota for group %q (tiers.NAME.groups.%s)", i, r.Group, r.Group))
 		}
+		errs = append(errs, checkCost(fmt.Sprintf("routes[%d].cost", i), r, reg, c.Global)...)
 		out.routes.routes = append(out.routes.routes, r)
 	}
 	out.routes.unmatched = &Route{Name: unmatchedName, Method: "*", Template: "", Cost: 1}
+	if u := c.Unmatched; u != nil {
+		if u.Cost != 0 {
+			out.routes.unmatched.Cost = u.Cost
+		}
+		out.routes.unmatched.Criticality = u.Criticality
+		if r := out.routes.unmatched; !(r.Cost >= 1) || r.Cost > 1e9 {
+			errs = append(errs, fmt.Errorf("unmatched.cost: must be >= 1 (tokens)"))
+		} else {
+			errs = append(errs, checkCost("unmatched.cost", r, reg, c.Global)...)
+		}
+	}
 	if c.Global != nil {
 		if err := checkQuota("global", *c.Global); err != nil {
 			errs = append(errs, err)
 		} else {
 			out.global = &ratelimit.Limit{Rate: c.Global.Rate, Burst: c.Global.Burst}
-			for i, r := range out.routes.routes {
-				if r.Cost > c.Global.Burst {
-					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above global.burst (%v): such a request could never pass", i, r.Cost, c.Global.Burst))
-				}
-			}
 		}
 	}
 	u := defaultUnauthenticated
@@ -160,6 +210,35 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkCost checks that a request of route r can pass every bucket it may
+// be charged to: each tier's and tenant's burst, the group's burst, the
+// global burst. field is the cost's path in the file.
+func checkCost(field string, r *Route, reg *tenant.Registry, global *tenant.Quota) []error {
+	var errs []error
+	never := func(what string, burst float64) {
+		errs = append(errs, fmt.Errorf("%s: %v is above %s (%v): such a request could never pass", field, r.Cost, what, burst))
+	}
+	if reg != nil {
+		for name, tc := range reg.Tiers() {
+			if r.Cost > tc.Burst {
+				never("tiers."+name+".burst", tc.Burst)
+			}
+			if q, ok := tc.Groups[r.Group]; ok && r.Cost > q.Burst {
+				never("tiers."+name+".groups."+r.Group+".burst", q.Burst)
+			}
+		}
+		for _, t := range reg.Tenants() {
+			if r.Cost > t.Burst {
+				never("tenant "+t.ID+"'s burst", t.Burst)
+			}
+		}
+	}
+	if global != nil && global.Burst >= 1 && r.Cost > global.Burst {
+		never("global.burst", global.Burst)
+	}
+	return errs
 }
 
 func checkQuota(field string, q tenant.Quota) error {

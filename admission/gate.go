@@ -112,8 +112,12 @@ func (g *Gate) Registry() *tenant.Registry { return g.cfg.Load().reg }
 type Request struct {
 	Method string
 	// Path is the URL path, unescaped as net/http gives it.
-	Path   string
-	Header http.Header
+	Path string
+	// RawPath is the path as the client escaped it (URL.RawPath), when
+	// that differs from the default escaping of Path; empty otherwise.
+	// It tells an escaped '/' ("%2F") from a real one.
+	RawPath string
+	Header  http.Header
 	// RemoteAddr is the peer's address ("ip:port"), used only to limit
 	// unauthenticated attempts.
 	RemoteAddr string
@@ -145,7 +149,12 @@ func (g *Gate) Check(ctx context.Context, req Request) (Decision, error) {
 // panics (a bug), what the earlier ones took is given back here.
 func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	c := g.cfg.Load()
-	d.Route = c.routes.lookup(req.Method, req.Path)
+	if req.RawPath != "" && hasEncodedSlash(req.RawPath) && c.slashes == RefuseEncodedSlashes {
+		d.Route = c.routes.unmatched
+		d.reject(ReasonEncodedSlash, 0)
+		return d, nil
+	}
+	d.Route = c.routes.lookup(req.Method, req.Path, req.RawPath)
 	defer func() {
 		if p := recover(); p != nil {
 			d.lease.Release()

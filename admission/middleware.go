@@ -49,7 +49,7 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			w.Header().Set(HeaderRequestID, reqID)
 		}
 		ctx := r.Context()
-		d, err := g.check(ctx, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, RemoteAddr: r.RemoteAddr,
+		d, err := g.check(ctx, Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.RawPath, Header: r.Header, RemoteAddr: r.RemoteAddr,
 			Priority: prio, HasPriority: hasPrio})
 		if err != nil {
 			// The client went away while we decided; nobody reads this.

@@ -35,6 +35,7 @@ const (
 	ReasonLimitReached  // 503: the adaptive limit, without pools
 
 	// edge, proxy and the upstream (not decisions of the pipeline)
+	ReasonEncodedSlash        // 400: an escaped '/' in the path, refused by encoded_slashes
 	ReasonBodyTooLarge        // 413: the body is over max_body_bytes
 	ReasonMalformedBody       // 400: the body could not be read
 	ReasonUpstreamTimeout     // 504: the upstream did not answer in time
@@ -95,6 +96,8 @@ var reasons = [...]reasonRow{
 	ReasonDraining:     {"draining", LayerBulkhead, http.StatusServiceUnavailable, errOverloaded, nil},
 	ReasonLimitReached: {"limit_reached", LayerAdaptive, http.StatusServiceUnavailable, errOverloaded, nil},
 
+	ReasonEncodedSlash: {"encoded_slash", LayerEdge, http.StatusBadRequest, "bad_request",
+		text(`The path holds an escaped slash ("%2F"), which this gateway refuses: send the segment without it.`)},
 	ReasonBodyTooLarge: {"body_too_large", LayerEdge, http.StatusRequestEntityTooLarge, "request_too_large",
 		text("The request body is larger than this gateway accepts.")},
 	ReasonMalformedBody: {"malformed_body", LayerEdge, http.StatusBadRequest, "bad_request",

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"strings"
 
@@ -75,6 +76,19 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool}
 	parts := strings.Split(strings.TrimPrefix(rc.Path, "/"), "/")
 	for j, p := range parts {
+		// Requests are classified as path.Clean makes them, so these
+		// could never match.
+		switch {
+		case rc.Path == "/":
+		case p == "" && j == len(parts)-1:
+			return nil, fmt.Errorf("%s.path: %q ends in '/', which no request is classified as: drop it (\"/a/\" is classified as \"/a\")", f, rc.Path)
+		case p == "":
+			return nil, fmt.Errorf("%s.path: %q has an empty segment (\"//\"), which no request is classified as", f, rc.Path)
+		case p == "." || p == "..":
+			return nil, fmt.Errorf("%s.path: %q has a %q segment, which no request is classified as", f, rc.Path, p)
+		case strings.ContainsAny(p, ";\x01"):
+			return nil, fmt.Errorf("%s.path: segment %q: ';' starts parameters, which are dropped before classifying", f, p)
+		}
 		switch {
 		case p == "*" && j == len(parts)-1:
 			r.rest = true
@@ -132,12 +146,30 @@ type routeTable struct {
 	unmatched *Route
 }
 
-// The path is classified as path.Clean makes it ("//a/./b/" is "/a/b"), and
-// literal segments match regardless of case, so that spelling a path
-// differently never makes an expensive route cheap: many upstream
-// frameworks serve those spellings as the same route. The request itself
-// is forwarded as the client sent it.
-func (t *routeTable) lookup(method, p string) *Route {
+// lookup returns the route of a request: the first that matches, or the
+// unmatched route. Every spelling of a path that an upstream framework may
+// serve as the same route is classified as that route, so that spelling a
+// path differently never makes an expensive route cheap (the request itself
+// is forwarded as the client sent it):
+//
+//   - the method is compared in upper case ("post" is POST);
+//   - the path is classified as path.Clean makes it ("//a/./b/" is "/a/b"),
+//     after dropping each segment's ";parameters" ("/export;jsessionid=1"
+//     is "/export", as servlet containers read it);
+//   - literal segments match regardless of case;
+//   - raw, when set, is the path as sent (URL.RawPath): an escaped '/'
+//     ("%2F") then stays inside its segment, so "/items/a%2Fb" is one
+//     {id}, as an upstream routing on the escaped path sees it.
+//
+// It allocates only when the request is spelled unusually.
+func (t *routeTable) lookup(method, p, raw string) *Route {
+	method = upperASCII(method)
+	if raw != "" && hasEncodedSlash(raw) {
+		p = segmentsOf(raw)
+	}
+	if strings.IndexByte(p, ';') >= 0 {
+		p = dropParams(p)
+	}
 	if p != "/" {
 		p = path.Clean(p) // allocates only when the path was not clean
 	}
@@ -147,4 +179,60 @@ func (t *routeTable) lookup(method, p string) *Route {
 		}
 	}
 	return t.unmatched
+}
+
+// upperASCII returns s in upper case, allocating only when s has a lower
+// case letter.
+func upperASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			return strings.ToUpper(s)
+		}
+	}
+	return s
+}
+
+// hasEncodedSlash reports whether an escaped path holds "%2F" or "%2f".
+func hasEncodedSlash(raw string) bool {
+	for i := 0; i+2 < len(raw); i++ {
+		if raw[i] == '%' && raw[i+1] == '2' && (raw[i+2] == 'F' || raw[i+2] == 'f') {
+			return true
+		}
+	}
+	return false
+}
+
+// segmentSlash stands for a '/' that was escaped inside a segment. No
+// template segment holds it, so it matches only {name} and a final *.
+const segmentSlash = "\x01"
+
+// segmentsOf returns the escaped path raw unescaped segment by segment, each
+// escaped '/' replaced by segmentSlash so that it stays inside its segment.
+func segmentsOf(raw string) string {
+	segs := strings.Split(raw, "/")
+	for i, seg := range segs {
+		if u, err := url.PathUnescape(seg); err == nil {
+			seg = u
+		}
+		segs[i] = strings.ReplaceAll(seg, "/", segmentSlash)
+	}
+	return strings.Join(segs, "/")
+}
+
+// dropParams removes each segment's ";parameters" from p.
+func dropParams(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c != ';' {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		for i < len(p) && p[i] != '/' {
+			i++
+		}
+	}
+	return b.String()
 }

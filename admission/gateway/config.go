@@ -160,10 +160,51 @@ func Parse(data []byte) (Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return c, errors.New("more than one YAML document")
 	}
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(append(zeroCosts(data), c.Validate())...); err != nil {
 		return c, err
 	}
 	return c.withDefaults(), nil
+}
+
+// zeroCosts finds the costs the file sets to 0 explicitly. In Go a zero
+// cost means "not set" (cost 1), but a file that says "cost: 0" means a
+// free route, which fairgate refuses.
+func zeroCosts(data []byte) []error {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return nil
+	}
+	var errs []error
+	isZero := func(m *yaml.Node) bool {
+		v := mappingValue(m, "cost")
+		var f float64
+		return v != nil && v.Decode(&f) == nil && f == 0
+	}
+	root := doc.Content[0]
+	if routes := mappingValue(root, "routes"); routes != nil && routes.Kind == yaml.SequenceNode {
+		for i, r := range routes.Content {
+			if isZero(r) {
+				errs = append(errs, fmt.Errorf("routes[%d].cost: must be >= 1 (tokens); 0 would make the route free", i))
+			}
+		}
+	}
+	if u := mappingValue(root, "unmatched"); u != nil && isZero(u) {
+		errs = append(errs, errors.New("unmatched.cost: must be >= 1 (tokens); 0 would make unmatched requests free"))
+	}
+	return errs
+}
+
+// mappingValue returns the value of key in mapping node m, or nil.
+func mappingValue(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
 }
 
 // Load reads and parses the config file at path. Every error starts with
