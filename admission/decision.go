@@ -83,6 +83,10 @@ type QuotaState struct {
 	// Remaining tokens and the time until the bucket is full.
 	Remaining float64
 	Reset     time.Duration
+	// StateUnknown is true when the store answered without reading the
+	// bucket (a failure policy, a cached denial): Remaining and Reset are
+	// not known, and the RateLimit headers leave them out.
+	StateUnknown bool
 }
 
 // Errors of the admission package.

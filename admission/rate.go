@@ -111,5 +111,6 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 }
 
 func quotaState(name string, l ratelimit.Limit, r ratelimit.Result) QuotaState {
-	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter}
+	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter,
+		StateUnknown: r.StateUnknown}
 }

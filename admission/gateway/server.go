@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
@@ -56,7 +55,7 @@ type Server struct {
 	log     *slog.Logger
 	gate    *admission.Gate
 	store   ratelimit.Store
-	edge    *echo.Echo
+	edge    http.Handler
 	admin   *http.ServeMux
 	cfg     atomic.Pointer[Config]
 	ready   atomic.Bool
@@ -153,19 +152,17 @@ func New(cfg Config, o Options) (*Server, error) {
 			if d, ok := admission.FromContext(resp.Request.Context()); ok {
 				d.Lease().Answered()
 			}
+			renameUpstreamRateLimit(resp.Header)
 			return upstreamAnswered(resp)
 		},
 		ErrorHandler: s.proxyError,
 		ErrorLog:     slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.Use(echo.WrapMiddleware(s.hygiene))
-	e.Use(echo.WrapMiddleware(gate.ProxyMiddleware))
+	// A plain handler chain, not a router: every method a route may name
+	// (QUERY, PURGE, WebDAV's, "*") reaches the pipeline and then the
+	// upstream, and nothing answers for fairgate outside the contract.
 	upstream := s.bufferRequests(s.startUpstream(tel.upstreamSpan(proxy)))
-	e.Any("/*", echo.WrapHandler(upstream))
-	e.Any("/", echo.WrapHandler(upstream))
-	s.edge = e
+	s.edge = s.hygiene(gate.ProxyMiddleware(upstream))
 	s.admin = s.adminMux()
 	s.ready.Store(true)
 	return s, nil
@@ -280,6 +277,23 @@ func (s *Server) startUpstream(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// renameUpstreamRateLimit renames the upstream's own RateLimit* and
+// X-RateLimit-* response headers to Upstream-RateLimit*, so that the
+// client sees fairgate's RateLimit fields alone (not "RateLimit-Remaining:
+// 24, 999") and can still read the upstream's, under their own name.
+func renameUpstreamRateLimit(h http.Header) {
+	for k, v := range h {
+		if hasPrefixFold(k, "Ratelimit") || hasPrefixFold(k, "X-Ratelimit") {
+			delete(h, k)
+			h["Upstream-"+strings.TrimPrefix(http.CanonicalHeaderKey(k), "X-")] = v
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // proxyError maps an upstream failure to the client contract: 413 when the

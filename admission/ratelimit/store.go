@@ -39,6 +39,11 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
+	// StateUnknown is true when the store decided without reading the
+	// bucket (a failure policy that admits, a denial it remembered):
+	// Remaining and ResetAfter then say nothing about the bucket, and a
+	// client must not be told them.
+	StateUnknown bool
 }
 
 // Store keeps token buckets for the rate layer. The embedded MemoryStore and
