@@ -27,6 +27,12 @@ type Config struct {
 	// inside its segment, as an upstream routing on the escaped path sees
 	// it, and forwarded as sent).
 	EncodedSlashes EncodedSlashes `yaml:"encoded_slashes"`
+	// HideCredentials removes the credential fairgate verified (the
+	// Authorization: Bearer header or X-API-Key, whichever identified the
+	// tenant) before the request goes on, so the raw key never reaches the
+	// upstream; other credentials (Basic for the upstream) pass. Nil means
+	// true.
+	HideCredentials *bool `yaml:"hide_credentials"`
 	// Global is the backstop bucket shared by every tenant, sized below the
 	// sum of the tiers' rates so that tenants all inside their quotas still
 	// cannot together exceed what the upstream was sized for. Over it: 503.
@@ -124,11 +130,13 @@ type compiled struct {
 	trusted []netip.Prefix
 	// slashes is what a path with an escaped '/' gets.
 	slashes EncodedSlashes
+	// hideCredentials: remove the verified credential before next.
+	hideCredentials bool
 }
 
 func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 	var errs []error
-	out := &compiled{reg: reg, slashes: c.EncodedSlashes}
+	out := &compiled{reg: reg, slashes: c.EncodedSlashes, hideCredentials: c.HideCredentials == nil || *c.HideCredentials}
 	if c.EncodedSlashes > AllowEncodedSlashes {
 		errs = append(errs, fmt.Errorf("encoded_slashes: unknown value %d (refuse or allow)", c.EncodedSlashes))
 	}

@@ -69,6 +69,9 @@ type Decision struct {
 	NQuotas int
 
 	lease Lease
+	// credential is where the request presented the key that identified
+	// it, for Config.HideCredentials.
+	credential tenant.KeySource
 }
 
 // QuotaState is what a client is told about one token bucket.

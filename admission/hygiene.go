@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fairgate/fairgate/shed"
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // Header names the gate sets. Clients' own copies of them (and anything
@@ -105,4 +106,15 @@ func NewRequestID() string {
 		b[8+i] = hexd[(c>>(4*i))&0xf]
 	}
 	return string(b[:])
+}
+
+// hideCredential removes the credential that identified the request, so
+// the raw API key never reaches the upstream.
+func hideCredential(h http.Header, src tenant.KeySource) {
+	switch src {
+	case tenant.BearerKey:
+		h.Del("Authorization")
+	case tenant.HeaderKey:
+		h.Del("X-Api-Key")
+	}
 }

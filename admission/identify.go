@@ -16,19 +16,20 @@ import (
 func (g *Gate) identify(ctx context.Context, c *compiled, req Request, d *Decision) {
 	sp := g.layerSpan(ctx, SpanIdentify)
 	defer sp.end(d, LayerIdentify)
-	key, ok := tenant.ExtractKey(req.Header)
+	key, src, ok := tenant.FindKey(req.Header)
 	var t *tenant.Tenant
 	if ok {
 		t, ok = c.reg.Lookup(key)
 	}
 	if !ok {
-		g.rejectUnauthenticated(c, req, key != "", d)
+		g.rejectUnauthenticated(c, req, src != tenant.NoKey, d)
 		if sp.on() {
 			sp.s.SetAttributes(attrAuth.String(d.Reason.String()))
 		}
 		return
 	}
 	d.Tenant = t
+	d.credential = src
 	d.Priority = shed.PriorityFor(t.Rank, d.Route.Criticality)
 	if req.HasPriority {
 		d.Priority = req.Priority

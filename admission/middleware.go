@@ -81,6 +81,9 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 				g.handlerPanicked(tw, p, reqID)
 			}
 		}()
+		if g.cfg.Load().hideCredentials {
+			hideCredential(r.Header, d.credential)
+		}
 		r.Header.Set(HeaderTenantID, d.Tenant.ID)
 		r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
 		next.ServeHTTP(tw, r.WithContext(context.WithValue(ctx, decisionKey{}, &d)))

@@ -85,11 +85,37 @@ func TestExtractKey(t *testing.T) {
 		{http.Header{"X-Api-Key": {"a\x00"}}, "", false},
 		{http.Header{"X-Api-Key": {strings.Repeat("k", MaxKeyLen+1)}}, "", false},
 		{http.Header{}, "", false},
+		// Issue 12: X-API-Key was ignored whenever any Authorization was
+		// present, such as Basic credentials meant for the upstream.
+		{http.Header{"Authorization": {"Basic dTpw"}, "X-Api-Key": {"xyz"}}, "xyz", true},
+		{http.Header{"Authorization": {"Bearer abc"}, "X-Api-Key": {"xyz"}}, "abc", true},
 	}
 	for _, tt := range tests {
 		got, ok := ExtractKey(tt.h)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("ExtractKey(%v) = %q, %v; want %q, %v", tt.h, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestFindKeySource: a malformed key that was presented has a source (so the
+// client hears "not valid", not "missing"); Basic credentials are not ours.
+func TestFindKeySource(t *testing.T) {
+	for _, tt := range []struct {
+		h   http.Header
+		src KeySource
+	}{
+		{http.Header{"Authorization": {"Bearer "}}, BearerKey},
+		{http.Header{"Authorization": {"Bearer"}}, BearerKey},
+		{http.Header{"Authorization": {"bearer a\x01"}}, BearerKey},
+		{http.Header{"X-Api-Key": {"a b"}}, HeaderKey},
+		{http.Header{"X-Api-Key": {""}}, HeaderKey},
+		{http.Header{"Authorization": {"Basic dTpw"}}, NoKey},
+		{http.Header{"Authorization": {"Bearerx"}}, NoKey},
+		{http.Header{}, NoKey},
+	} {
+		if _, src, ok := FindKey(tt.h); src != tt.src || ok {
+			t.Errorf("FindKey(%q) = %v, %v; want %v, false", tt.h, src, ok, tt.src)
 		}
 	}
 }

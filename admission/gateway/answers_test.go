@@ -51,3 +51,29 @@ func TestAnyMethodProxied(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamSeesOnlyWhatItMayTrust (issue 12): a client's Forwarded,
+// X-Real-IP, baggage and (with tracing off) traceparent/tracestate reached
+// the upstream, and so did the API key fairgate had verified.
+func TestUpstreamSeesOnlyWhatItMayTrust(t *testing.T) {
+	base, up, _ := startGateway(t, nil, Options{})
+	r := do(t, "GET", base+"/api/v1/search", "demo-starter-key", map[string]string{
+		"Forwarded":   "for=203.0.113.9;host=admin.internal",
+		"X-Real-IP":   "203.0.113.9",
+		"Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"Tracestate":  "x=1",
+		"Baggage":     "tenant=acme",
+	})
+	if r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	got := up.last().Header
+	for _, k := range []string{"Forwarded", "X-Real-Ip", "Traceparent", "Tracestate", "Baggage", "Authorization"} {
+		if v := got.Get(k); v != "" {
+			t.Errorf("the upstream got %s: %q", k, v)
+		}
+	}
+	if got.Get("X-Forwarded-For") == "" || got.Get(admission.HeaderTenantID) != "initech" {
+		t.Errorf("the upstream lacks fairgate's own headers: %v", got)
+	}
+}

@@ -135,7 +135,13 @@ func New(cfg Config, o Options) (*Server, error) {
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			// X-Forwarded-For/-Host/-Proto are set from what fairgate
+			// saw; a client's Forwarded and X-Real-IP would contradict
+			// them, and a client's W3C baggage is not ours to vouch for.
 			pr.SetXForwarded()
+			pr.Out.Header.Del("Forwarded")
+			pr.Out.Header.Del("X-Real-Ip")
+			pr.Out.Header.Del("Baggage")
 			// Set after hop-by-hop removal, so a client's
 			// "Connection: X-Tenant-Id" cannot make the proxy drop them.
 			if d, ok := admission.FromContext(pr.In.Context()); ok && d.Tenant != nil {
