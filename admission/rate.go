@@ -15,7 +15,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 	err := g.takeBuckets(ctx, c, d)
 	if sp.on() {
 		q := &d.Quotas[0]
-		sp.s.SetAttributes(attrCost.Float64(d.Route.Cost), attrRemaining.Float64(q.Remaining), attrLimit.Float64(q.Limit))
+		sp.s.SetAttributes(attrCost.Float64(round3(d.Route.Cost)), attrRemaining.Float64(round3(q.Remaining)), attrLimit.Float64(round3(q.Limit)))
 		if d.Layer == LayerRate {
 			sp.s.SetAttributes(attrBucket.String(d.Reason.String()))
 			if d.Reason == ReasonStoreUnavailable {

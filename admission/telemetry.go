@@ -2,8 +2,10 @@ package admission
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -58,6 +60,13 @@ const (
 	OutcomeAdmit  = "admit"
 	OutcomeReject = "reject"
 )
+
+// round3 rounds x to three decimals, so that span attributes read
+// 19.999 rather than 19.999999999999996.
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return round3(float64(d) / 1e6) }
 
 // span is a layer span, or nothing when tracing is off: its methods are
 // no-ops on the zero value, so the hot path pays one nil check per layer.
