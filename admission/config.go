@@ -42,6 +42,10 @@ type Config struct {
 	// IP (the one place an IP limit is right: key guessing). Over it: 429
 	// instead of 401. Nil means 10 attempts of burst and 1 a second.
 	Unauthenticated *tenant.Quota `yaml:"unauthenticated"`
+	// Anonymous limits the requests of routes with auth: none, per client
+	// IP (IPv6 per /64), each taking its route's cost. Nil means 20
+	// tokens of burst and 10 a second.
+	Anonymous *tenant.Quota `yaml:"anonymous"`
 	// Bulkhead divides the upstream's concurrency into pools (one per tier
 	// unless tiers.NAME.pool or routes[].pool say otherwise), each with a
 	// bounded queue served fairly across tenants. Nil means no pools.
@@ -109,6 +113,10 @@ func (e EncodedSlashes) String() string {
 // when the config sets none.
 var defaultUnauthenticated = tenant.Quota{Rate: 1, Burst: 10}
 
+// defaultAnonymous is the per-IP limit on auth: none routes when the config
+// sets none.
+var defaultAnonymous = tenant.Quota{Rate: 10, Burst: 20}
+
 // Validate checks c on its own. New also checks it against the tenants'
 // tiers (a route cost above a tier's burst, an unknown route group).
 func (c *Config) Validate() error {
@@ -122,6 +130,7 @@ type compiled struct {
 	routes routeTable
 	global *ratelimit.Limit
 	unauth ratelimit.Limit
+	anon   ratelimit.Limit
 	// flows holds each tenant's fair-queue flow names, one per
 	// criticality ("acme/critical", …), built once so the hot path does
 	// not concatenate strings.
@@ -195,6 +204,19 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		}
 	}
 	out.unauth = ratelimit.Limit{Rate: u.Rate, Burst: u.Burst}
+	a := defaultAnonymous
+	if c.Anonymous != nil {
+		a = *c.Anonymous
+		if err := checkQuota("anonymous", a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	out.anon = ratelimit.Limit{Rate: a.Rate, Burst: a.Burst}
+	for i, r := range out.routes.routes {
+		if r.Anonymous && r.Cost > a.Burst {
+			errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above anonymous.burst (%v): such a request could never pass", i, r.Cost, a.Burst))
+		}
+	}
 	if reg != nil {
 		out.flows = make(map[*tenant.Tenant]*[3]string, len(reg.Tenants()))
 		for _, t := range reg.Tenants() {

@@ -164,6 +164,15 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 			d.lease.Release()
 		}
 	}()
+	if d.Route.Anonymous {
+		// auth: none: no tenant, so none of the tenant's layers; the
+		// per-IP bucket, then the adaptive limit at StartUpstream.
+		if g.rateAnonymous(c, req, &d); d.Status == 0 {
+			d.lease.g = g
+			d.Allowed = true
+		}
+		return d, nil
+	}
 	if g.identify(ctx, c, req, &d); d.Status != 0 {
 		return d, nil
 	}

@@ -53,6 +53,19 @@ func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool, d
 	}
 }
 
+// rateAnonymous runs the rate layer of a route with auth: none: the
+// client's per-IP bucket (kept per instance, like the failed-attempts
+// bucket), charged the route's cost. Over it: 429.
+func (g *Gate) rateAnonymous(c *compiled, req Request, d *Decision) {
+	d.Priority = shed.PriorityFor(0, d.Route.Criticality)
+	res := g.unauth.TakeAt(g.now().UnixNano(), ratelimit.BucketKey{Tenant: unauthKey(req.RemoteAddr), Scope: "anonymous"}, c.anon, d.Route.Cost)
+	d.Quotas[0] = quotaState("anonymous", c.anon, res)
+	d.NQuotas = 1
+	if !res.Allowed {
+		d.reject(ReasonAnonymousQuota, res.RetryAfter)
+	}
+}
+
 // unauthKey is the key of a failed-authentication bucket: the client's
 // IPv4 address, or its IPv6 /64 (one host usually has a whole /64 to rotate
 // through).

@@ -84,8 +84,10 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		if g.cfg.Load().hideCredentials {
 			hideCredential(r.Header, d.credential)
 		}
-		r.Header.Set(HeaderTenantID, d.Tenant.ID)
-		r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
+		if d.Tenant != nil { // nil on an auth: none route
+			r.Header.Set(HeaderTenantID, d.Tenant.ID)
+			r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
+		}
 		next.ServeHTTP(tw, r.WithContext(context.WithValue(ctx, decisionKey{}, &d)))
 		if call == upstreamIsNext && ctx.Err() == nil {
 			lease.Answered()

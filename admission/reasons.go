@@ -19,6 +19,7 @@ const (
 	ReasonMissingKey            // 401: no API key
 	ReasonUnknownKey            // 401: a key that identifies no tenant
 	ReasonTooManyFailedAttempts // 429: this address failed too often
+	ReasonAnonymousQuota        // 429: this address is over the anonymous bucket (auth: none routes)
 
 	// rate
 	ReasonTenantQuota      // 429: the tenant's bucket
@@ -74,6 +75,8 @@ var reasons = [...]reasonRow{
 	ReasonTooManyFailedAttempts: {"too_many_failed_attempts", LayerIdentify, http.StatusTooManyRequests, errRateLimited,
 		text("Too many requests without a valid API key from this address.")},
 
+	ReasonAnonymousQuota: {"anonymous_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
+		text("Too many requests to routes without credentials from this address.")},
 	ReasonTenantQuota: {"tenant_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
 		func(d *Decision, _ string) string {
 			return "Tenant " + d.Tenant.ID + " is over its " + d.Tenant.Tier + " rate quota (" + d.Route.Name + " costs " +

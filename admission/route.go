@@ -30,6 +30,36 @@ type RouteConfig struct {
 	// Pool, when set, sends the route to its own bulkhead pool instead of
 	// the tier's.
 	Pool string `yaml:"pool"`
+	// Auth is "key" (the default: the request must identify a tenant) or
+	// "none", for routes that need no credentials by design (CORS
+	// preflight, health checks): their requests are limited per client IP
+	// by the anonymous bucket and the adaptive limit, not by a tenant's
+	// quotas, so keep them cheap.
+	Auth RouteAuth `yaml:"auth"`
+}
+
+// RouteAuth is what a route asks of a request's credentials.
+type RouteAuth uint8
+
+const (
+	// AuthKey: the request must present a tenant's API key.
+	AuthKey RouteAuth = iota
+	// AuthNone: no credentials; limited per client IP.
+	AuthNone
+)
+
+// UnmarshalText parses "key" or "none" (empty means key) and rejects
+// anything else.
+func (a *RouteAuth) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "key":
+		*a = AuthKey
+	case "none":
+		*a = AuthNone
+	default:
+		return fmt.Errorf("%q is not key or none", b)
+	}
+	return nil
 }
 
 // Route is a compiled RouteConfig. Routes are shared and must not be
@@ -43,8 +73,10 @@ type Route struct {
 	Criticality shed.Criticality
 	Group       string
 	Pool        string
-	segs        []string // template segments; anySegment matches any one
-	rest        bool     // a final "*" matches the remainder
+	// Anonymous routes (auth: none) identify no tenant.
+	Anonymous bool
+	segs      []string // template segments; anySegment matches any one
+	rest      bool     // a final "*" matches the remainder
 }
 
 // unmatchedName is the route of requests that match no configured route:
@@ -73,7 +105,13 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 		return nil, fmt.Errorf("%s.cost: must be >= 1 (tokens)", f)
 	}
 	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost,
-		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool}
+		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone}
+	if rc.Auth > AuthNone {
+		return nil, fmt.Errorf("%s.auth: unknown value %d (key or none)", f, rc.Auth)
+	}
+	if r.Anonymous && (r.Group != "" || r.Pool != "") {
+		return nil, fmt.Errorf("%s.auth: a route with auth: none has no tenant, so no group or pool", f)
+	}
 	parts := strings.Split(strings.TrimPrefix(rc.Path, "/"), "/")
 	for j, p := range parts {
 		// Requests are classified as path.Clean makes them, so these
