@@ -196,25 +196,16 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 			out.global = &ratelimit.Limit{Rate: c.Global.Rate, Burst: c.Global.Burst}
 		}
 	}
-	u := defaultUnauthenticated
-	if c.Unauthenticated != nil {
-		u = *c.Unauthenticated
-		if err := checkQuota("unauthenticated", u); err != nil {
-			errs = append(errs, err)
-		}
+	var err error
+	if out.unauth, err = limitOr("unauthenticated", c.Unauthenticated, defaultUnauthenticated); err != nil {
+		errs = append(errs, err)
 	}
-	out.unauth = ratelimit.Limit{Rate: u.Rate, Burst: u.Burst}
-	a := defaultAnonymous
-	if c.Anonymous != nil {
-		a = *c.Anonymous
-		if err := checkQuota("anonymous", a); err != nil {
-			errs = append(errs, err)
-		}
+	if out.anon, err = limitOr("anonymous", c.Anonymous, defaultAnonymous); err != nil {
+		errs = append(errs, err)
 	}
-	out.anon = ratelimit.Limit{Rate: a.Rate, Burst: a.Burst}
 	for i, r := range out.routes.routes {
-		if r.Anonymous && r.Cost > a.Burst {
-			errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above anonymous.burst (%v): such a request could never pass", i, r.Cost, a.Burst))
+		if r.Anonymous && r.Cost > out.anon.Burst {
+			errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above anonymous.burst (%v): such a request could never pass", i, r.Cost, out.anon.Burst))
 		}
 	}
 	if reg != nil {
@@ -269,6 +260,19 @@ func checkCost(field string, r *Route, reg *tenant.Registry, global *tenant.Quot
 		never("global.burst", global.Burst)
 	}
 	return errs
+}
+
+// limitOr returns q as a Limit, checked and named field in errors, or def
+// when q is nil.
+func limitOr(field string, q *tenant.Quota, def tenant.Quota) (ratelimit.Limit, error) {
+	if q != nil {
+		def = *q
+	}
+	l := ratelimit.Limit{Rate: def.Rate, Burst: def.Burst}
+	if q == nil {
+		return l, nil
+	}
+	return l, checkQuota(field, def)
 }
 
 func checkQuota(field string, q tenant.Quota) error {
