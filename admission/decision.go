@@ -69,6 +69,9 @@ type Decision struct {
 	NQuotas int
 
 	lease Lease
+	// detail completes the message of a rejection that takes one (what
+	// was wrong with a malformed body).
+	detail string
 	// credential is where the request presented the key that identified
 	// it, for Config.HideCredentials.
 	credential tenant.KeySource

@@ -127,6 +127,15 @@ type Request struct {
 	// else should.
 	Priority    shed.Priority
 	HasPriority bool
+	// ReadBody, when set, is called once the cheap layers (identify, rate,
+	// concurrency, shed) have admitted the request and before it waits for
+	// a bulkhead seat. A proxy reads the body there (ProxyMiddleware does):
+	// net/http notices a client's disconnect only once the body is read,
+	// so a client that goes away while queued is then noticed and never
+	// proxied, and no seat waits for a slow body. An error rejects the
+	// request: *http.MaxBytesError is 413 body_too_large, a cancelled
+	// context is returned as it is, anything else is 400 malformed_body.
+	ReadBody func() error
 }
 
 // Check runs the pipeline for one request. It returns the decision; the
@@ -167,10 +176,14 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	if d.Route.Anonymous {
 		// auth: none: no tenant, so none of the tenant's layers; the
 		// per-IP bucket, then the adaptive limit at StartUpstream.
-		if g.rateAnonymous(c, req, &d); d.Status == 0 {
-			d.lease.g = g
-			d.Allowed = true
+		if g.rateAnonymous(c, req, &d); d.Status != 0 {
+			return d, nil
 		}
+		if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
+			return d, err
+		}
+		d.lease.g = g
+		d.Allowed = true
 		return d, nil
 	}
 	if g.identify(ctx, c, req, &d); d.Status != 0 {
@@ -185,6 +198,9 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	}
 	if g.admitShed(ctx, &d); d.Status != 0 {
 		return d, nil
+	}
+	if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
+		return d, err
 	}
 	if err := g.admitBulkhead(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err

@@ -167,7 +167,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	// A plain handler chain, not a router: every method a route may name
 	// (QUERY, PURGE, WebDAV's, "*") reaches the pipeline and then the
 	// upstream, and nothing answers for fairgate outside the contract.
-	upstream := s.bufferRequests(s.startUpstream(tel.upstreamSpan(proxy)))
+	upstream := s.startUpstream(tel.upstreamSpan(proxy))
 	s.edge = s.hygiene(gate.ProxyMiddleware(upstream))
 	s.admin = s.adminMux()
 	s.ready.Store(true)
