@@ -67,6 +67,12 @@ type ServerConfig struct {
 	// to the end of the response headers; beyond it the client gets 504.
 	// Default 30s.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// WriteIdleTimeout bounds how long one write of the response to the
+	// client may take: every write must make progress within it, so a
+	// client that reads a large response a byte a minute is cut off and
+	// gives back its seat, slot and upstream connection, while a long
+	// download that keeps moving is not. Default 30s.
+	WriteIdleTimeout time.Duration `yaml:"write_idle_timeout"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -96,6 +102,9 @@ func (c Config) withDefaults() Config {
 	if s.UpstreamTimeout == 0 {
 		s.UpstreamTimeout = 30 * time.Second
 	}
+	if s.WriteIdleTimeout == 0 {
+		s.WriteIdleTimeout = 30 * time.Second
+	}
 	return c
 }
 
@@ -112,7 +121,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"idle_timeout", s.IdleTimeout}, {"upstream_timeout", s.UpstreamTimeout}} {
+	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"idle_timeout", s.IdleTimeout}, {"upstream_timeout", s.UpstreamTimeout}, {"write_idle_timeout", s.WriteIdleTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("server.%s: must be >= 0 (0 means the default)", d.name))
 		}

@@ -199,10 +199,11 @@ func (s *Server) Reload(cfg Config) error {
 		return err
 	}
 	old := s.cfg.Swap(&cfg)
-	// max_body_bytes is read per request and applies at once; the rest of
-	// these are fixed when the server starts.
+	// max_body_bytes and write_idle_timeout are read per request and
+	// apply at once; the rest of these are fixed when the server starts.
 	oldSrv, newSrv := old.Server, cfg.Server
 	oldSrv.MaxBodyBytes, newSrv.MaxBodyBytes = 0, 0
+	oldSrv.WriteIdleTimeout, newSrv.WriteIdleTimeout = 0, 0
 	var later []string
 	for _, f := range []struct {
 		name    string
@@ -252,11 +253,13 @@ func (s *Server) hygiene(next http.Handler) http.Handler {
 	})
 }
 
-// hygieneInner enforces the body limit.
+// hygieneInner enforces the body limit and the write idle timeout.
 func (s *Server) hygieneInner(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(admission.HeaderRequestID)
-		max := s.cfg.Load().Server.MaxBodyBytes
+		srv := s.cfg.Load().Server
+		w = newProgressWriter(w, srv.WriteIdleTimeout)
+		max := srv.MaxBodyBytes
 		if r.ContentLength > max {
 			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 			return
