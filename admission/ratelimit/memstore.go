@@ -146,6 +146,33 @@ func (s *MemoryStore) Tokens(k BucketKey, l Limit) float64 {
 	return e.b.tokensAt(l, now)
 }
 
+// Relimit tells the store that the limits of its buckets may have changed
+// (a configuration reload): each bucket for which limitOf gives a limit is
+// kept until it is full under that limit, not the one it was last taken
+// under. Without it, a bucket emptied just before a reload that lowered the
+// rate would be forgotten at the old "full" instant and come back full:
+// a quota change would refill it. Buckets limitOf does not know keep their
+// instant. The tokens are unchanged.
+func (s *MemoryStore) Relimit(limitOf func(BucketKey) (Limit, bool)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.buckets {
+			relimitLocked(e, limitOf)
+		}
+		for _, e := range sh.overflow {
+			relimitLocked(e, limitOf)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func relimitLocked(e *memEntry, limitOf func(BucketKey) (Limit, bool)) {
+	if l, ok := limitOf(e.key); ok && l.Rate > 0 {
+		e.fullAt = e.b.fullAt(l)
+	}
+}
+
 // Len returns the number of buckets held, for tests and metrics.
 func (s *MemoryStore) Len() int {
 	n := 0
