@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/internal/fakeclock"
-	"github.com/fairgate/fairgate/tenant"
 )
 
 // TestReloadDoesNotRefill (issue 12): a reload that lowered a rate brought a
@@ -20,21 +19,7 @@ func TestReloadDoesNotRefill(t *testing.T) {
 	for range 25 { // initech's whole burst of 25 at 5 tokens/s
 		mustCheck(t, g, req("start-key", "GET", "/api/v1/users/me"))
 	}
-	slower, err := tenant.NewRegistry(tenant.Config{
-		Tiers: map[string]tenant.TierConfig{
-			"enterprise": {Rate: 100, Burst: 500},
-			"starter": {Rate: 0.5, Burst: 25, Groups: map[string]tenant.Quota{
-				"exports": {Rate: 0.5, Burst: 40},
-			}},
-		},
-		Tenants: []tenant.TenantConfig{
-			{ID: "acme", Tier: "enterprise", APIKeysSHA256: []string{tenant.HashKey("ent-key")}},
-			{ID: "initech", Tier: "starter", APIKeysSHA256: []string{tenant.HashKey("start-key")}},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	slower := testRegistryStarterRate(t, 0.5)
 	if err := g.Reload(testConfig(), slower); err != nil {
 		t.Fatal(err)
 	}
