@@ -190,7 +190,7 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		}
 	}
 	if c.Global != nil {
-		if err := checkQuota("global", *c.Global); err != nil {
+		if err := c.Global.Validate("global"); err != nil {
 			errs = append(errs, err)
 		} else {
 			out.global = &ratelimit.Limit{Rate: c.Global.Rate, Burst: c.Global.Burst}
@@ -272,21 +272,7 @@ func limitOr(field string, q *tenant.Quota, def tenant.Quota) (ratelimit.Limit, 
 	if q == nil {
 		return l, nil
 	}
-	return l, checkQuota(field, def)
-}
-
-func checkQuota(field string, q tenant.Quota) error {
-	var errs []error
-	if !(q.Rate > 0) || q.Rate > 1e9 {
-		errs = append(errs, fmt.Errorf("%s.rate: must be > 0 (tokens per second)", field))
-	}
-	if !(q.Burst >= 1) || q.Burst > 1e12 {
-		errs = append(errs, fmt.Errorf("%s.burst: must be >= 1 (tokens)", field))
-	}
-	if q.Rate > 0 && q.Burst/q.Rate > tenant.MaxRefill {
-		errs = append(errs, fmt.Errorf("%s.burst: refills in %.3g s (burst/rate); at most %g s", field, q.Burst/q.Rate, float64(tenant.MaxRefill)))
-	}
-	return errors.Join(errs...)
+	return l, def.Validate(field)
 }
 
 // checkLayers checks the bulkhead, adaptive and shedding sections, and that

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -66,5 +67,21 @@ func TestRateLimitHeadersOnlyKnown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInvalidTakeIs500 (issue 12): a take the store refuses as invalid (an
+// infinite or enormous quota that validation let through) was answered as
+// a Redis outage, 503 store_unavailable, and counted and alerted as one.
+// It is a 500 that is logged.
+func TestInvalidTakeIs500(t *testing.T) {
+	store := &scriptedStore{answers: []scripted{{err: fmt.Errorf("redisstore: %w", ratelimit.ErrInvalidTake)}}}
+	g, err := New(testConfig(), testRegistry(t), Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := check(t, g, req("start-key", "GET", "/api/v1/search"))
+	if d.Status != http.StatusInternalServerError || d.Reason != ReasonInvalidTake {
+		t.Fatalf("%d %v, want 500 invalid_take", d.Status, d.Reason)
 	}
 }

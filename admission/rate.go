@@ -92,11 +92,18 @@ func (g *Gate) take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limi
 }
 
 // storeFailed applies the rate layer's failure rule: a context cancelled by
-// the caller is returned as it is; any other store error means the store's
-// own failure policy chose to fail closed, so the request gets a 503.
+// the caller is returned as it is; a take the store refused as invalid is
+// a logged 500 (a bug or a config validation missed, not an outage); any
+// other store error means the store's own failure policy chose to fail
+// closed, so the request gets a 503.
 func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
+	}
+	if errors.Is(err, ratelimit.ErrInvalidTake) {
+		g.log.ErrorContext(ctx, "rate store refused a take as invalid", "route", d.Route.Name, "err", err)
+		d.reject(ReasonInvalidTake, 0)
+		return nil
 	}
 	retry := time.Second
 	var h interface{ RetryAfterHint() time.Duration }

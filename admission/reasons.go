@@ -26,6 +26,7 @@ const (
 	ReasonGroupQuota       // 429: the tenant's bucket for the route's group
 	ReasonGlobalBackstop   // 503: the bucket all tenants share
 	ReasonStoreUnavailable // 503: the rate store failed closed
+	ReasonInvalidTake      // 500: the rate store refused the take as invalid (a bug)
 
 	// concurrency, shed, bulkhead, adaptive
 	ReasonMaxConcurrent // 429: the tenant's cap on requests in flight
@@ -88,6 +89,8 @@ var reasons = [...]reasonRow{
 		}},
 	ReasonGlobalBackstop:   {"global_backstop", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
 	ReasonStoreUnavailable: {"store_unavailable", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonInvalidTake: {"invalid_take", LayerRate, http.StatusInternalServerError, "internal_error",
+		text("The request's rate limit could not be applied; the operator has been told.")},
 
 	ReasonMaxConcurrent: {"max_concurrent", LayerConcurrency, http.StatusTooManyRequests, errRateLimited,
 		func(d *Decision, _ string) string {

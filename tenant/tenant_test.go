@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,14 +21,14 @@ func validConfig() Config {
 }
 
 func TestValidateNamesTheField(t *testing.T) {
-	neg := -1.0
+	neg, inf, huge := -1.0, math.Inf(1), 2e12
 	tests := []struct {
 		name   string
 		mutate func(*Config)
 		want   string
 	}{
 		{"rate", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 0, Burst: 1} }, "tiers.pro.rate: must be > 0"},
-		{"burst", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: -3} }, "tiers.pro.burst: must be > 0"},
+		{"burst", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: -3} }, "tiers.pro.burst: must be >= 1"},
 		{"unknown tier", func(c *Config) { c.Tenants[0].Tier = "gold" }, `tenants[0] (globex).tier: unknown tier "gold"`},
 		{"duplicate tenant", func(c *Config) { c.Tenants[1].ID = "globex" }, "duplicate tenant: also tenants[0]"},
 		{"duplicate key", func(c *Config) { c.Tenants[1].APIKeysSHA256 = c.Tenants[0].APIKeysSHA256 }, "duplicate key hash: also used by globex"},
@@ -35,6 +36,16 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"bad id", func(c *Config) { c.Tenants[0].ID = "a\r\nX-Evil: 1" }, "tenants[0].id: must be 1-64 letters"},
 		{"override", func(c *Config) { c.Tenants[0].Rate = &neg }, "tenants[0] (globex).rate: must be > 0"},
 		{"no tiers", func(c *Config) { c.Tiers = nil; c.Tenants = nil }, "tiers: at least one tier is required"},
+		// Issue 12: .inf and bursts above 1e12 passed for overrides and
+		// groups (on Redis that tenant then got a permanent 503).
+		{"override inf", func(c *Config) { c.Tenants[0].Burst = &inf }, "tenants[0] (globex).burst: must be >= 1 and at most 1e+12"},
+		{"override huge", func(c *Config) { c.Tenants[0].Burst = &huge }, "tenants[0] (globex).burst: must be >= 1 and at most 1e+12"},
+		{"group inf", func(c *Config) {
+			c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 10, Groups: map[string]Quota{"exports": {Rate: inf, Burst: 5}}}
+		}, "tiers.pro.groups.exports.rate: must be > 0 and at most 1e+09"},
+		{"group huge", func(c *Config) {
+			c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 10, Groups: map[string]Quota{"exports": {Rate: 1, Burst: huge}}}
+		}, "tiers.pro.groups.exports.burst: must be >= 1 and at most 1e+12"},
 		{"rank", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Rank: 9} }, "tiers.pro.rank: must be in [0, 4]"},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -45,6 +46,12 @@ type Result struct {
 	// client must not be told them.
 	StateUnknown bool
 }
+
+// ErrInvalidTake is wrapped by a store's error for a take whose limit or
+// cost is not a positive finite number. It is a bug or a config that
+// validation should have refused, never an outage of the store: the rate
+// layer answers it with a logged 500, not with the failure policy.
+var ErrInvalidTake = errors.New("ratelimit: invalid limit or cost")
 
 // Store keeps token buckets for the rate layer. The embedded MemoryStore and
 // the Redis store satisfy it.
