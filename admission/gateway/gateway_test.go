@@ -79,7 +79,7 @@ func startGateway(t *testing.T, mutate func(*Config), o Options) (string, *recor
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln, aln, 5*time.Second) }()
+	go func() { done <- srv.Serve(ctx, ln, aln, Shutdown{Drain: 5 * time.Second}) }()
 	t.Cleanup(func() {
 		// Idle keep-alive connections of the shared client would make
 		// Shutdown wait for them.

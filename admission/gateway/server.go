@@ -381,10 +381,23 @@ func (s *Server) HTTPServers() (public, admin *http.Server) {
 	return public, admin
 }
 
+// Shutdown is how Serve stops once its context is done.
+type Shutdown struct {
+	// Delay is how long the gateway keeps accepting and serving new
+	// requests after /readyz has turned not-ready, so that a load balancer
+	// that still routes to it (it polls readiness, and endpoint changes
+	// take time to spread) finds it listening. Zero means no delay.
+	Delay time.Duration
+	// Drain is how long requests in flight may take to finish once the
+	// listener has closed; queued requests get 503 draining at once.
+	Drain time.Duration
+}
+
 // Serve serves the gateway on ln and the admin handler on adminLn until ctx
-// is done, then shuts down: /readyz fails first, then the listeners close
-// and in-flight requests get up to drain to finish.
-func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, drain time.Duration) error {
+// is done, then shuts down: /readyz fails first; new requests are still
+// served for sh.Delay; then the listener closes, queued requests get 503
+// and those in flight get up to sh.Drain to finish.
+func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdown) error {
 	pub, adm := s.HTTPServers()
 	errc := make(chan error, 2)
 	go func() { errc <- pub.Serve(ln) }()
@@ -397,8 +410,20 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, drain time
 	case <-ctx.Done():
 	}
 	s.SetReady(false)
+	if sh.Delay > 0 {
+		s.log.Info("not ready; still serving before draining", "delay", sh.Delay)
+		t := time.NewTimer(sh.Delay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			pub.Close()
+			adm.Close()
+			return err
+		}
+	}
 	s.gate.Drain() // queued requests get 503 now rather than a seat they would not finish in
-	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	sctx, cancel := context.WithTimeout(context.Background(), sh.Drain)
 	defer cancel()
 	err := pub.Shutdown(sctx)
 	adm.Shutdown(sctx) // after the public listener: /readyz answers "not ready" while it drains

@@ -112,6 +112,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	path := fs.String("config", "", "config file (YAML)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	drain := fs.Duration("drain", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
+	delay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, how long to keep serving after /readyz turns not-ready, before draining (load balancers still route meanwhile)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	go watcher.Run(ctx)
-	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, *drain)
+	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, gateway.Shutdown{Delay: *delay, Drain: *drain})
 }
 
 // startTracing builds the tracer provider from the config's tracing section
@@ -180,7 +181,7 @@ func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config) (*gate
 	}, nil
 }
 
-func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, addr, adminAddr string, drain time.Duration) error {
+func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, addr, adminAddr string, sh gateway.Shutdown) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -191,7 +192,7 @@ func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, 
 		return err
 	}
 	log.Info("fairgate listening", "addr", ln.Addr().String(), "admin", aln.Addr().String())
-	return srv.Serve(ctx, ln, aln, drain)
+	return srv.Serve(ctx, ln, aln, sh)
 }
 
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -246,7 +247,7 @@ Try:
 
 Ctrl-C stops it.
 `, *listen, *admin, uln.Addr(), store)
-	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, 5*time.Second)
+	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, gateway.Shutdown{Drain: 5 * time.Second})
 }
 
 func demoUpstream(ctx context.Context, args []string, stdout, _ io.Writer) error {
