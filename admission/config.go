@@ -244,10 +244,10 @@ func checkCost(field string, r *Route, reg *tenant.Registry, global *tenant.Quot
 	if reg != nil {
 		for name, tc := range reg.Tiers() {
 			if r.Cost > tc.Burst {
-				never("tiers."+name+".burst", tc.Burst)
+				never("tiers."+tenant.PathKey(name)+".burst", tc.Burst)
 			}
 			if q, ok := tc.Groups[r.Group]; ok && r.Cost > q.Burst {
-				never("tiers."+name+".groups."+r.Group+".burst", q.Burst)
+				never("tiers."+tenant.PathKey(name)+".groups."+r.Group+".burst", q.Burst)
 			}
 		}
 		for _, t := range reg.Tenants() {
@@ -315,7 +315,7 @@ func (c *Config) checkLayers(reg *tenant.Registry, routes []*Route) []error {
 				pool = name
 			}
 			if !hasPool(pool) {
-				errs = append(errs, fmt.Errorf("tiers.%s.pool: no pool %q under bulkhead.pools (a tier uses the pool named like it unless tiers.%s.pool says otherwise)", name, pool, name))
+				errs = append(errs, fmt.Errorf("tiers.%s.pool: no pool %q under bulkhead.pools (a tier uses the pool named like it unless tiers.%s.pool says otherwise)", tenant.PathKey(name), pool, tenant.PathKey(name)))
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -111,7 +112,7 @@ func (c *Config) Validate() error {
 	}
 	for _, name := range sortedKeys(c.Tiers) {
 		t := c.Tiers[name]
-		f := "tiers." + name
+		f := "tiers." + PathKey(name)
 		if !validID(name) {
 			bad(f, "tier name must be 1-64 letters, digits, '.', '_' or '-'")
 		}
@@ -127,9 +128,9 @@ func (c *Config) Validate() error {
 		for _, g := range sortedKeys(t.Groups) {
 			q := t.Groups[g]
 			if !validID(g) {
-				bad(f+".groups."+g, "group name must be 1-64 letters, digits, '.', '_' or '-'")
+				bad(f+".groups."+PathKey(g), "group name must be 1-64 letters, digits, '.', '_' or '-'")
 			}
-			if err := q.Validate(f + ".groups." + g); err != nil {
+			if err := q.Validate(f + ".groups." + PathKey(g)); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -148,7 +149,7 @@ func (c *Config) Validate() error {
 			ids[tc.ID] = i
 		}
 		if _, ok := c.Tiers[tc.Tier]; !ok {
-			bad(f+".tier", "unknown tier %q (have %s)", clip(tc.Tier), strings.Join(sortedKeys(c.Tiers), ", "))
+			bad(f+".tier", "unknown tier %q (have %s)", clip(tc.Tier), joinKeys(sortedKeys(c.Tiers)))
 		}
 		if len(tc.APIKeysSHA256) == 0 {
 			bad(f+".api_keys_sha256", "at least one key hash is required")
@@ -195,6 +196,25 @@ func ParseKeyHash(s string) ([32]byte, error) {
 		return sum, fmt.Errorf("not hex: %v", err)
 	}
 	return sum, nil
+}
+
+// PathKey returns a map key as it stands in a field path of an error: as
+// it is when it is a valid name, quoted (with any newline escaped) when it
+// is not, so that an error names the field on one line.
+func PathKey(k string) string {
+	if validID(k) {
+		return k
+	}
+	return strconv.Quote(k)
+}
+
+// joinKeys lists names for an error message, each as PathKey gives it.
+func joinKeys(keys []string) string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = PathKey(k)
+	}
+	return strings.Join(out, ", ")
 }
 
 // validID reports whether s is a safe identifier: it may appear in a header,

@@ -295,7 +295,7 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 		name, edit, want string
 		from, to         string // for the other cases: replace from with to
 	}{
-		{name: "typo", edit: "  pro:\n    burts: 100\n", want: `unknown field "burts"`},
+		{name: "typo", edit: "  pro:\n    burts: 100\n", want: "tiers.pro.burts: unknown field (line "},
 		{name: "rate", edit: "  pro:\n    burst: 100\n    rate: 0\n", want: "tiers.pro.rate: must be > 0"},
 		{name: "cost above burst", want: "routes[0].cost: 30 is above tiers.starter.burst (25)"},
 		{name: "upstream", want: "upstream: required"},
@@ -306,6 +306,10 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 		{name: "dot segment", from: "path: /api/v1/users/me\n", to: "path: /api/v1/../users/me\n", want: `routes[0].path: "/api/v1/../users/me" has a ".." segment`},
 		{name: "unmatched cost 0", from: "routes:\n", to: "unmatched: {cost: 0}\nroutes:\n", want: "unmatched.cost: must be >= 1"},
 		{name: "unmatched cost above burst", from: "routes:\n", to: "unmatched: {cost: 30}\nroutes:\n", want: "unmatched.cost: 30 is above tiers.starter.burst (25)"},
+		{name: "unknown field path", from: "    cost: 5\n", to: "    cost: 5\n    max_concurent: 3\n", want: "routes[1].max_concurent: unknown field (line "},
+		{name: "duration without unit", from: "upstream_timeout: 10s\n", to: "upstream_timeout: 10\n", want: "server.upstream_timeout: cannot unmarshal !!int `10` into time.Duration (a duration needs a unit"},
+		{name: "criticality typo", from: "criticality: sheddable\n", to: "criticality: shedable\n", want: `routes[2].criticality: shed: unknown criticality "shedable"`},
+		{name: "newline in a name", from: "  pro:\n", to: "  \"pr\\no\":\n", want: `tiers."pr\no": tier name must be`},
 		{name: "encoded_slashes", from: "routes:\n", to: "encoded_slashes: decode\nroutes:\n", want: `encoded_slashes: "decode" is not refuse or allow`},
 	}
 	for _, tt := range tests {
@@ -329,6 +333,11 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 			_, err := Load(path)
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), path+": ") {
 				t.Fatalf("Load = %v, want %q prefixed with the path", err, tt.want)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.HasPrefix(line, path+": ") {
+					t.Errorf("error line %q does not name the file (a name broke the line?)", line)
+				}
 			}
 		})
 	}
