@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/deploy/examples"
 )
 
 // TestUpstreamRateLimitHeadersRenamed (issue 12): the upstream's own
@@ -75,5 +77,24 @@ func TestUpstreamSeesOnlyWhatItMayTrust(t *testing.T) {
 	}
 	if got.Get("X-Forwarded-For") == "" || got.Get(admission.HeaderTenantID) != "initech" {
 		t.Errorf("the upstream lacks fairgate's own headers: %v", got)
+	}
+}
+
+// TestLoadEmbedded (issue 12): the loader refused a config without
+// upstream, which an embedding service does not have.
+func TestLoadEmbedded(t *testing.T) {
+	doc := strings.Replace(string(examples.Demo), "upstream: http://127.0.0.1:8081\n", "", 1)
+	if _, err := Parse([]byte(doc)); err == nil {
+		t.Fatal("Parse accepted a config without upstream")
+	}
+	cfg, err := ParseEmbedded([]byte(doc))
+	if err != nil {
+		t.Fatalf("ParseEmbedded: %v", err)
+	}
+	if cfg.Upstream != "" || len(cfg.Admission.Routes) == 0 || cfg.Server.MaxBodyBytes != 1<<20 {
+		t.Fatalf("ParseEmbedded = %+v", cfg)
+	}
+	if _, err := ParseEmbedded([]byte(strings.Replace(doc, "rate: 20\n", "rate: 0\n", 1))); err == nil {
+		t.Fatal("ParseEmbedded accepted an invalid tier")
 	}
 }

@@ -111,9 +111,15 @@ func (c Config) withDefaults() Config {
 
 // Validate checks the edge's own fields and each package's config. Errors
 // name the field (for example "tiers.pro.rate: must be > 0").
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(true) }
+
+// validate is Validate; an embedded config (needUpstream false) may leave
+// upstream out.
+func (c *Config) validate(needUpstream bool) error {
 	var errs []error
-	if c.Upstream == "" {
+	if c.Upstream == "" && !needUpstream {
+		// Embedded: the handler behind the middleware is the upstream.
+	} else if c.Upstream == "" {
 		errs = append(errs, errors.New("upstream: required (the base URL to proxy to, e.g. http://127.0.0.1:8081)"))
 	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("upstream: %q is not an http(s) URL with a host", c.Upstream))
@@ -156,7 +162,17 @@ func (c *Config) Validate() error {
 
 // Parse decodes a config document. Unknown fields are errors (a typo must
 // not be silently ignored), and so is a second document in the same file.
-func Parse(data []byte) (Config, error) {
+func Parse(data []byte) (Config, error) { return parse(data, true) }
+
+// ParseEmbedded is Parse for a service that embeds the admission middleware
+// (see the package example): upstream may be left out, since the handler
+// behind the middleware is the upstream. Of the server section only
+// max_body_bytes means anything there, and only if the embedder applies it
+// (http.MaxBytesHandler); listen, admin_listen, the timeouts and tracing
+// are the embedding server's business.
+func ParseEmbedded(data []byte) (Config, error) { return parse(data, false) }
+
+func parse(data []byte, needUpstream bool) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -170,7 +186,7 @@ func Parse(data []byte) (Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return c, errors.New("more than one YAML document")
 	}
-	if err := errors.Join(append(zeroCosts(data), c.Validate())...); err != nil {
+	if err := errors.Join(append(zeroCosts(data), c.validate(needUpstream))...); err != nil {
 		return c, err
 	}
 	return c.withDefaults(), nil
@@ -219,12 +235,17 @@ func mappingValue(m *yaml.Node, key string) *yaml.Node {
 
 // Load reads and parses the config file at path. Every error starts with
 // the path.
-func Load(path string) (Config, error) {
+func Load(path string) (Config, error) { return load(path, Parse) }
+
+// LoadEmbedded is Load with ParseEmbedded: upstream may be left out.
+func LoadEmbedded(path string) (Config, error) { return load(path, ParseEmbedded) }
+
+func load(path string, parse func([]byte) (Config, error)) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
-	c, err := Parse(data)
+	c, err := parse(data)
 	if err != nil {
 		return c, prefixLines(path, err)
 	}
