@@ -101,9 +101,6 @@ func WriteReport(w io.Writer, res *Results) error {
 		fmt.Fprintf(w, "| %s | %.2f× | %.1f ms | %.2f%% | %d | %.1f/s | %.1f/s | %s |\n",
 			s.mode, s.innocentP99/s.baseP99, s.innocentP99, s.goodput, s.innocentTimeouts, s.noisyOK, s.noisyOffer, layerList(s.layers))
 	}
-	if len(res.Skipped) > 0 {
-		fmt.Fprintf(w, "\nSkipped: %s.\n", strings.Join(res.Skipped, ", "))
-	}
 	if res.Scenario == "overhead" {
 		writeOverhead(w, res)
 	}

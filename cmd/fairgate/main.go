@@ -109,6 +109,7 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	drain := fs.Duration("drain", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
@@ -197,6 +198,7 @@ func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, 
 
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway address")
 	admin := fs.String("admin-listen", "127.0.0.1:9090", "admin address (health, metrics)")
 	upAddr := fs.String("upstream-listen", "127.0.0.1:8081", "demo API address")
@@ -250,8 +252,9 @@ Ctrl-C stops it.
 	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, gateway.Shutdown{Drain: 5 * time.Second})
 }
 
-func demoUpstream(ctx context.Context, args []string, stdout, _ io.Writer) error {
+func demoUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo-upstream", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8081", "address")
 	conns := fs.Int("connections", 16, "simulated database connections")
 	if err := fs.Parse(args); err != nil {

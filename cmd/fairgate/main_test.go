@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -54,5 +55,51 @@ func TestUnknownCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"frobnicate"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
 		t.Fatalf("exit %d, %q", code, errb.String())
+	}
+}
+
+// TestBenchRedisModeNeedsRedis (issue 12): --modes fairgate-redis without
+// --redis exited 0 with an empty report.
+func TestBenchRedisModeNeedsRedis(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--modes", "fairgate-redis", "--duration", "1s", "--out", t.TempDir(), "--quiet"}, nil, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "--redis") {
+		t.Fatalf("exit %d, stderr %q; want a failure naming --redis", code, errb.String())
+	}
+}
+
+// TestReadmeListsEveryFlag (issue 12): the README's Commands table lacked
+// --upstream-listen, --log-level, --redis, --seed, --quiet and make build.
+// Each command's flags, as its -h prints them, appear in its row.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	rows := map[string]string{}
+	for _, line := range strings.Split(readme, "\n") {
+		for _, cmd := range []string{"serve", "demo", "demo-upstream", "bench"} {
+			if strings.HasPrefix(line, "| `fairgate "+cmd+" ") || strings.HasPrefix(line, "| `fairgate "+cmd+"`") {
+				rows[cmd] = line
+			}
+		}
+	}
+	flagName := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	for _, cmd := range []string{"serve", "demo", "demo-upstream", "bench"} {
+		var out, errb bytes.Buffer
+		run([]string{cmd, "-h"}, nil, &out, &errb)
+		names := flagName.FindAllStringSubmatch(errb.String(), -1)
+		if len(names) == 0 {
+			t.Fatalf("%s -h printed no flags: %q", cmd, errb.String())
+		}
+		for _, n := range names {
+			if !strings.Contains(rows[cmd], "--"+n[1]+" ") && !strings.Contains(rows[cmd], "--"+n[1]+"]") {
+				t.Errorf("README's row for %s lacks --%s: %q", cmd, n[1], rows[cmd])
+			}
+		}
+	}
+	if !strings.Contains(readme, "make build") {
+		t.Error("README does not mention make build")
 	}
 }
