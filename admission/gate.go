@@ -50,6 +50,7 @@ type Gate struct {
 	store     ratelimit.Store
 	unauth    *ratelimit.MemoryStore
 	now       func() time.Time
+	epoch     time.Time // instant 0 of the gate's in-process intervals
 	log       *slog.Logger
 	instances int
 	tracer    trace.Tracer // nil: no layer spans
@@ -86,7 +87,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
-	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances,
+	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger, instances: o.Instances,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
 	if err := g.buildLayers(cfg); err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func (g *Gate) identify(ctx context.Context, c *compiled, req Request, d *Decisi
 func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool, d *Decision) {
 	d.Route = c.routes.unmatched
 	ip := unauthKey(req.RemoteAddr)
-	res := g.unauth.TakeAt(g.now().UnixNano(), ratelimit.BucketKey{Tenant: ip, Scope: scopeUnauthenticated}, c.unauth, 1)
+	res := g.unauth.TakeAt(g.unauth.Clock(), ratelimit.BucketKey{Tenant: ip, Scope: scopeUnauthenticated}, c.unauth, 1)
 	switch {
 	case !res.Allowed:
 		d.reject(ReasonTooManyFailedAttempts, res.RetryAfter)
@@ -64,7 +64,7 @@ const (
 // bucket), charged the route's cost. Over it: 429.
 func (g *Gate) rateAnonymous(c *compiled, req Request, d *Decision) {
 	d.Priority = shed.PriorityFor(0, d.Route.Criticality)
-	res := g.unauth.TakeAt(g.now().UnixNano(), ratelimit.BucketKey{Tenant: unauthKey(req.RemoteAddr), Scope: scopeAnonymous}, c.anon, d.Route.Cost)
+	res := g.unauth.TakeAt(g.unauth.Clock(), ratelimit.BucketKey{Tenant: unauthKey(req.RemoteAddr), Scope: scopeAnonymous}, c.anon, d.Route.Cost)
 	d.Quotas[0] = quotaState("anonymous", c.anon, res)
 	d.NQuotas = 1
 	if !res.Allowed {

@@ -323,7 +323,7 @@ func (s *Store) fallback(k ratelimit.BucketKey, l ratelimit.Limit, cost float64,
 	case FailClosed:
 		return ratelimit.Result{}, out, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
 	default:
-		return s.local.TakeAt(now.UnixNano(), k, localShare(l, cost, s.cfg.Instances), cost), out, nil
+		return s.local.TakeAt(s.local.Clock(), k, localShare(l, cost, s.cfg.Instances), cost), out, nil
 	}
 }
 
