@@ -9,7 +9,9 @@ FUZZTIME ?= 3s
 # fuzz target for a few seconds.
 test: vet unit fuzz-short
 
+# go.mod must be tidy: every module used listed directly, none unused.
 vet:
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 
 unit:

@@ -25,9 +25,16 @@ func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) erro
 	if f := c.flows[t]; f != nil && int(r.Criticality) < len(f) {
 		flow = f[r.Criticality]
 	}
+	start := g.now()
 	seat, err := g.pools.Acquire(ctx, pool, bulkhead.Request{Tenant: t.ID, Flow: flow, Cost: int(r.Cost), Weight: t.Weight, Cap: g.capFor(d)})
 	if sp.on() {
-		sp.s.SetAttributes(attrPool.String(pool), attrQueueWait.Float64(float64(seat.Waited())/1e6), attrBorrowed.Bool(err == nil && seat.Borrowed()))
+		// A request that got no seat has no Seat to ask: its wait is
+		// what it spent in Acquire (a wait_timeout waited max_wait).
+		waited := seat.Waited()
+		if err != nil {
+			waited = g.now().Sub(start)
+		}
+		sp.s.SetAttributes(attrPool.String(pool), attrQueueWait.Float64(millis(waited)), attrBorrowed.Bool(err == nil && seat.Borrowed()))
 	}
 	switch {
 	case err == nil:

@@ -16,9 +16,24 @@ import (
 // Config is the admission part of the config file.
 type Config struct {
 	// Routes classify requests by method and path template; the first
-	// match wins. A request that matches none costs 1 token, has default
-	// criticality and is labelled "unmatched".
+	// match wins. A request that matches none is priced by Unmatched and
+	// labelled "unmatched".
 	Routes []RouteConfig `yaml:"routes"`
+	// Unmatched prices the requests that match no route. Nil means cost 1
+	// and default criticality; set it so that an unknown path costs as
+	// much as the dearest route.
+	Unmatched *UnmatchedConfig `yaml:"unmatched"`
+	// EncodedSlashes is what a path with an escaped '/' ("%2F") gets:
+	// "refuse" (400, the default) or "allow" (classified with the %2F
+	// inside its segment, as an upstream routing on the escaped path sees
+	// it, and forwarded as sent).
+	EncodedSlashes EncodedSlashes `yaml:"encoded_slashes"`
+	// HideCredentials removes the credential fairgate verified (the
+	// Authorization: Bearer header or X-API-Key, whichever identified the
+	// tenant) before the request goes on, so the raw key never reaches the
+	// upstream; other credentials (Basic for the upstream) pass. Nil means
+	// true.
+	HideCredentials *bool `yaml:"hide_credentials"`
 	// Global is the backstop every tenant shares, sized below the sum of
 	// the tiers' rates so that tenants all inside their quotas still
 	// cannot together exceed what the upstream was sized for. It is shared
@@ -29,6 +44,10 @@ type Config struct {
 	// IP (the one place an IP limit is right: key guessing). Over it: 429
 	// instead of 401. Nil means 10 attempts of burst and 1 a second.
 	Unauthenticated *tenant.Quota `yaml:"unauthenticated"`
+	// Anonymous limits the requests of routes with auth: none, per client
+	// IP (IPv6 per /64), each taking its route's cost. Nil means 20
+	// tokens of burst and 10 a second.
+	Anonymous *tenant.Quota `yaml:"anonymous"`
 	// Bulkhead divides the upstream's concurrency into pools (one per tier
 	// unless tiers.NAME.pool or routes[].pool say otherwise), each with a
 	// bounded queue served fairly across tenants. Nil means no pools.
@@ -65,9 +84,57 @@ type GlobalConfig struct {
 // none.
 const DefaultGlobalWindow = time.Second
 
+// UnmatchedConfig prices the requests that match no route.
+type UnmatchedConfig struct {
+	// Cost is the tokens such a request takes: >= 1, and no larger than
+	// any tier's, tenant's or the global burst. Zero means 1.
+	Cost float64 `yaml:"cost"`
+	// Criticality is critical, default or sheddable. Default: default.
+	Criticality shed.Criticality `yaml:"criticality"`
+}
+
+// EncodedSlashes is what a request whose path holds an escaped '/' gets.
+type EncodedSlashes uint8
+
+const (
+	// RefuseEncodedSlashes answers 400 (reason encoded_slash): "/a%2Fb"
+	// is one segment to some upstreams and two to others, so fairgate
+	// cannot know which route it is.
+	RefuseEncodedSlashes EncodedSlashes = iota
+	// AllowEncodedSlashes classifies the path with each %2F inside its
+	// segment and forwards it as sent.
+	AllowEncodedSlashes
+)
+
+// UnmarshalText parses "refuse" or "allow" (empty means refuse) and rejects
+// anything else.
+func (e *EncodedSlashes) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "refuse":
+		*e = RefuseEncodedSlashes
+	case "allow":
+		*e = AllowEncodedSlashes
+	default:
+		return fmt.Errorf("encoded_slashes: %q is not refuse or allow", b)
+	}
+	return nil
+}
+
+// String returns "refuse" or "allow".
+func (e EncodedSlashes) String() string {
+	if e == AllowEncodedSlashes {
+		return "allow"
+	}
+	return "refuse"
+}
+
 // DefaultUnauthenticated is the per-IP limit on requests without a valid key
 // when the config sets none.
 var defaultUnauthenticated = tenant.Quota{Rate: 1, Burst: 10}
+
+// defaultAnonymous is the per-IP limit on auth: none routes when the config
+// sets none.
+var defaultAnonymous = tenant.Quota{Rate: 10, Burst: 20}
 
 // Validate checks c on its own. New also checks it against the tenants'
 // tiers (a route cost above a tier's burst, an unknown route group).
@@ -82,17 +149,25 @@ type compiled struct {
 	routes routeTable
 	global *ratelimit.BackstopLimit
 	unauth ratelimit.Limit
+	anon   ratelimit.Limit
 	// flows holds each tenant's fair-queue flow names, one per
 	// criticality ("acme/critical", …), built once so the hot path does
 	// not concatenate strings.
 	flows map[*tenant.Tenant]*[3]string
 	// trusted are the networks whose X-Fairgate-Priority is believed.
 	trusted []netip.Prefix
+	// slashes is what a path with an escaped '/' gets.
+	slashes EncodedSlashes
+	// hideCredentials: remove the verified credential before next.
+	hideCredentials bool
 }
 
 func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 	var errs []error
-	out := &compiled{reg: reg}
+	out := &compiled{reg: reg, slashes: c.EncodedSlashes, hideCredentials: c.HideCredentials == nil || *c.HideCredentials}
+	if c.EncodedSlashes > AllowEncodedSlashes {
+		errs = append(errs, fmt.Errorf("encoded_slashes: unknown value %d (refuse or allow)", c.EncodedSlashes))
+	}
 	seen := map[string]int{}
 	groups := map[string]bool{}
 	if reg != nil {
@@ -115,33 +190,30 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		if r.Group != "" && !tenant.ValidID(r.Group) {
 			errs = append(errs, fmt.Errorf("routes[%d].group: must be 1-64 letters, digits, '.', '_' or '-'", i))
 		}
-		if reg != nil {
-			if r.Group != "" && !groups[r.Group] {
-				errs = append(errs, fmt.Errorf("routes[%d].group: no tier sets a quota for group %q (tiers.NAME.groups.%s)", i, r.Group, r.Group))
-			}
-			for name, tc := range reg.Tiers() {
-				if r.Cost > tc.Burst {
-					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above tiers.%s.burst (%v): such a request could never pass", i, r.Cost, name, tc.Burst))
-				}
-				if q, ok := tc.Groups[r.Group]; ok && r.Cost > q.Burst {
-					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above tiers.%s.groups.%s.burst (%v): such a request could never pass", i, r.Cost, name, r.Group, q.Burst))
-				}
-			}
-			for _, t := range reg.Tenants() {
-				if r.Cost > t.Burst {
-					errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above tenant %s's burst (%v): such a request could never pass", i, r.Cost, t.ID, t.Burst))
-				}
-			}
+		if reg != nil && r.Group != "" && !groups[r.Group] {
+			errs = append(errs, fmt.Errorf("routes[%d].group: no tier sets a quota for group %q (tiers.NAME.groups.%s)", i, r.Group, r.Group))
 		}
+		errs = append(errs, checkCost(fmt.Sprintf("routes[%d].cost", i), r, reg, c.Global)...)
 		out.routes.routes = append(out.routes.routes, r)
 	}
 	out.routes.unmatched = &Route{Name: unmatchedName, Method: "*", Template: "", Cost: 1}
+	if u := c.Unmatched; u != nil {
+		if u.Cost != 0 {
+			out.routes.unmatched.Cost = u.Cost
+		}
+		out.routes.unmatched.Criticality = u.Criticality
+		if r := out.routes.unmatched; !(r.Cost >= 1) || r.Cost > 1e9 {
+			errs = append(errs, fmt.Errorf("unmatched.cost: must be >= 1 (tokens)"))
+		} else {
+			errs = append(errs, checkCost("unmatched.cost", r, reg, c.Global)...)
+		}
+	}
 	if c.Global != nil {
 		w := c.Global.Window
 		if w == 0 {
 			w = DefaultGlobalWindow
 		}
-		if err := checkQuota("global", tenant.Quota{Rate: c.Global.Rate, Burst: c.Global.Burst}); err != nil {
+		if err := (tenant.Quota{Rate: c.Global.Rate, Burst: c.Global.Burst}).Validate("global"); err != nil {
 			errs = append(errs, err)
 		} else if w < 100*time.Millisecond || w > time.Minute {
 			errs = append(errs, fmt.Errorf("global.window: %v must be in [100ms, 1m]", w))
@@ -154,14 +226,18 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 			}
 		}
 	}
-	u := defaultUnauthenticated
-	if c.Unauthenticated != nil {
-		u = *c.Unauthenticated
-		if err := checkQuota("unauthenticated", u); err != nil {
-			errs = append(errs, err)
+	var err error
+	if out.unauth, err = limitOr("unauthenticated", c.Unauthenticated, defaultUnauthenticated); err != nil {
+		errs = append(errs, err)
+	}
+	if out.anon, err = limitOr("anonymous", c.Anonymous, defaultAnonymous); err != nil {
+		errs = append(errs, err)
+	}
+	for i, r := range out.routes.routes {
+		if r.Anonymous && r.Cost > out.anon.Burst {
+			errs = append(errs, fmt.Errorf("routes[%d].cost: %v is above anonymous.burst (%v): such a request could never pass", i, r.Cost, out.anon.Burst))
 		}
 	}
-	out.unauth = ratelimit.Limit{Rate: u.Rate, Burst: u.Burst}
 	if reg != nil {
 		out.flows = make(map[*tenant.Tenant]*[3]string, len(reg.Tenants()))
 		for _, t := range reg.Tenants() {
@@ -187,18 +263,46 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 	return out, nil
 }
 
-func checkQuota(field string, q tenant.Quota) error {
+// checkCost checks that a request of route r can pass every bucket it may
+// be charged to: each tier's and tenant's burst, the group's burst, the
+// global burst. field is the cost's path in the file.
+func checkCost(field string, r *Route, reg *tenant.Registry, global *GlobalConfig) []error {
 	var errs []error
-	if !(q.Rate > 0) || q.Rate > 1e9 {
-		errs = append(errs, fmt.Errorf("%s.rate: must be > 0 (tokens per second)", field))
+	never := func(what string, burst float64) {
+		errs = append(errs, fmt.Errorf("%s: %v is above %s (%v): such a request could never pass", field, r.Cost, what, burst))
 	}
-	if !(q.Burst >= 1) || q.Burst > 1e12 {
-		errs = append(errs, fmt.Errorf("%s.burst: must be >= 1 (tokens)", field))
+	if reg != nil {
+		for name, tc := range reg.Tiers() {
+			if r.Cost > tc.Burst {
+				never("tiers."+tenant.PathKey(name)+".burst", tc.Burst)
+			}
+			if q, ok := tc.Groups[r.Group]; ok && r.Cost > q.Burst {
+				never("tiers."+tenant.PathKey(name)+".groups."+r.Group+".burst", q.Burst)
+			}
+		}
+		for _, t := range reg.Tenants() {
+			if r.Cost > t.Burst {
+				never("tenant "+t.ID+"'s burst", t.Burst)
+			}
+		}
 	}
-	if q.Rate > 0 && q.Burst/q.Rate > tenant.MaxRefill {
-		errs = append(errs, fmt.Errorf("%s.burst: refills in %.3g s (burst/rate); at most %g s", field, q.Burst/q.Rate, float64(tenant.MaxRefill)))
+	if global != nil && global.Burst >= 1 && r.Cost > global.Burst {
+		never("global.burst", global.Burst)
 	}
-	return errors.Join(errs...)
+	return errs
+}
+
+// limitOr returns q as a Limit, checked and named field in errors, or def
+// when q is nil.
+func limitOr(field string, q *tenant.Quota, def tenant.Quota) (ratelimit.Limit, error) {
+	if q != nil {
+		def = *q
+	}
+	l := ratelimit.Limit{Rate: def.Rate, Burst: def.Burst}
+	if q == nil {
+		return l, nil
+	}
+	return l, def.Validate(field)
 }
 
 // checkLayers checks the bulkhead, adaptive and shedding sections, and that
@@ -241,7 +345,7 @@ func (c *Config) checkLayers(reg *tenant.Registry, routes []*Route) []error {
 				pool = name
 			}
 			if !hasPool(pool) {
-				errs = append(errs, fmt.Errorf("tiers.%s.pool: no pool %q under bulkhead.pools (a tier uses the pool named like it unless tiers.%s.pool says otherwise)", name, pool, name))
+				errs = append(errs, fmt.Errorf("tiers.%s.pool: no pool %q under bulkhead.pools (a tier uses the pool named like it unless tiers.%s.pool says otherwise)", tenant.PathKey(name), pool, tenant.PathKey(name)))
 			}
 		}
 	}

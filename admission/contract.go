@@ -43,7 +43,7 @@ type Rejection struct {
 // WriteRejection writes d's rejection as the client contract says: status,
 // Retry-After and the JSON body, from the row of d.Reason.
 func WriteRejection(w http.ResponseWriter, d *Decision, reqID string) {
-	writeReason(w, d.Reason, d.RetryAfter, reqID, d, "")
+	writeReason(w, d.Reason, d.RetryAfter, reqID, d, d.detail)
 }
 
 // WriteReason writes the contract's answer for r outside a decision: the
@@ -62,6 +62,9 @@ func writeReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID str
 	body := Rejection{Error: row.errWord, Layer: row.layer.String(), Reason: row.word, RequestID: reqID,
 		Message: r.message(d, detail)}
 	switch row.status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		// The rest of the request may still be on the wire.
+		w.Header().Set("Connection", "close")
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate"`)
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:

@@ -70,6 +70,12 @@ type Decision struct {
 	NQuotas int
 
 	lease Lease
+	// detail completes the message of a rejection that takes one (what
+	// was wrong with a malformed body).
+	detail string
+	// credential is where the request presented the key that identified
+	// it, for Config.HideCredentials.
+	credential tenant.KeySource
 
 	// backstop is the global backstop's answer, when it was asked.
 	backstop    ratelimit.BackstopResult
@@ -88,6 +94,10 @@ type QuotaState struct {
 	// Remaining tokens and the time until the bucket is full.
 	Remaining float64
 	Reset     time.Duration
+	// StateUnknown is true when the store answered without reading the
+	// bucket (a failure policy, a cached denial): Remaining and Reset are
+	// not known, and the RateLimit headers leave them out.
+	StateUnknown bool
 }
 
 // Errors of the admission package.

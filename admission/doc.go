@@ -15,25 +15,34 @@
 //	bulkhead     bulkhead.go     a seat in the pool, fair queuing         503
 //	adaptive     adaptive.go     a permit of the learned upstream limit   503
 //
-// The route (route.go) gives a request its cost and criticality before any
-// layer runs. The rate layer's buckets are kept by a ratelimit.Store: the
-// embedded ratelimit.MemoryStore or the Redis store (admission/redisstore).
+// The adaptive layer guards the upstream call itself, so it runs when the
+// call starts (Lease.StartUpstream), not in Check. A proxy reads the request
+// body (body.go) between the shed and bulkhead layers, so a client that
+// leaves while queued is noticed. The route (route.go) gives a request its
+// cost and criticality before any layer runs; a route with auth: none skips
+// the tenant layers for a per-IP bucket (identify.go). The rate layer's
+// buckets are kept by a ratelimit.Store: the embedded
+// ratelimit.MemoryStore or the Redis store (admission/redisstore).
 //
 // # What a request holds
 //
 // The concurrency, shed, bulkhead and adaptive layers hold something while
-// the request is served: a slot, a seat, a permit. lease.go keeps them and
-// gives each back exactly once; a layer that says no gives back what the
-// earlier ones took, and a panic in a later layer does too.
+// the request is served: a slot, a seat, a permit. A Lease (lease.go) keeps
+// them and gives each back exactly once (StartUpstream, Answered, Release);
+// a layer that says no gives back what the earlier ones took, and a panic
+// in a later layer does too.
 //
 // # HTTP
 //
-// Gate.Middleware (middleware.go) is the pipeline as net/http middleware,
-// and Gate.Echo the same for Echo. hygiene.go strips the headers a client
-// must not set; contract.go writes rejections as the client contract says;
-// ratelimitheaders.go encodes the RateLimit header fields. Reload
-// (reload.go) swaps the configuration while requests are decided;
-// TenantState (admin.go) is the admin view of one tenant.
+// Gate.Middleware (middleware.go) is the pipeline as net/http middleware
+// for a handler that is the upstream, Gate.ProxyMiddleware for a reverse
+// proxy, and Gate.Echo the first for Echo. hygiene.go strips the headers a
+// client must not set; reasons.go is the client contract, one typed row per
+// reason (layer, status, error word, message), and contract.go renders
+// every answer fairgate gives from it; ratelimitheaders.go encodes the
+// RateLimit header fields. Reload (reload.go) swaps the configuration while
+// requests are decided; TenantState (admin.go) is the admin view of one
+// tenant.
 //
 // Tracing and metrics (telemetry.go) follow the observability contract in
 // DESIGN.md.

@@ -51,6 +51,7 @@ type Gate struct {
 	backstop  ratelimit.BackstopStore // the store, when it keeps a backstop
 	unauth    *ratelimit.MemoryStore
 	now       func() time.Time
+	epoch     time.Time // instant 0 of the gate's in-process intervals
 	log       *slog.Logger
 	instances int
 	tracer    trace.Tracer // nil: no layer spans
@@ -99,7 +100,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
-	g := &Gate{store: o.Store, now: o.Now, log: o.Logger, instances: o.Instances,
+	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger, instances: o.Instances,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	if err := g.checkStore(c); err != nil {
@@ -137,8 +138,12 @@ func (g *Gate) Registry() *tenant.Registry { return g.cfg.Load().reg }
 type Request struct {
 	Method string
 	// Path is the URL path, unescaped as net/http gives it.
-	Path   string
-	Header http.Header
+	Path string
+	// RawPath is the path as the client escaped it (URL.RawPath), when
+	// that differs from the default escaping of Path; empty otherwise.
+	// It tells an escaped '/' ("%2F") from a real one.
+	RawPath string
+	Header  http.Header
 	// RemoteAddr is the peer's address ("ip:port"), used only to limit
 	// unauthenticated attempts.
 	RemoteAddr string
@@ -148,6 +153,15 @@ type Request struct {
 	// else should.
 	Priority    shed.Priority
 	HasPriority bool
+	// ReadBody, when set, is called once the cheap layers (identify, rate,
+	// concurrency, shed) have admitted the request and before it waits for
+	// a bulkhead seat. A proxy reads the body there (ProxyMiddleware does):
+	// net/http notices a client's disconnect only once the body is read,
+	// so a client that goes away while queued is then noticed and never
+	// proxied, and no seat waits for a slow body. An error rejects the
+	// request: *http.MaxBytesError is 413 body_too_large, a cancelled
+	// context is returned as it is, anything else is 400 malformed_body.
+	ReadBody func() error
 }
 
 // Check runs the pipeline for one request. It returns the decision; the
@@ -170,7 +184,12 @@ func (g *Gate) Check(ctx context.Context, req Request) (Decision, error) {
 // panics (a bug), what the earlier ones took is given back here.
 func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	c := g.cfg.Load()
-	d.Route = c.routes.lookup(req.Method, req.Path)
+	if req.RawPath != "" && hasEncodedSlash(req.RawPath) && c.slashes == RefuseEncodedSlashes {
+		d.Route = c.routes.unmatched
+		d.reject(ReasonEncodedSlash, 0)
+		return d, nil
+	}
+	d.Route = c.routes.lookup(req.Method, req.Path, req.RawPath)
 	defer func() {
 		if p := recover(); p != nil {
 			d.lease.Release()
@@ -180,6 +199,19 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 			d.lease.Release()
 		}
 	}()
+	if d.Route.Anonymous {
+		// auth: none: no tenant, so none of the tenant's layers; the
+		// per-IP bucket, then the adaptive limit at StartUpstream.
+		if g.rateAnonymous(c, req, &d); d.Status != 0 {
+			return d, nil
+		}
+		if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
+			return d, err
+		}
+		d.lease.g = g
+		d.Allowed = true
+		return d, nil
+	}
 	if g.identify(ctx, c, req, &d); d.Status != 0 {
 		return d, nil
 	}
@@ -192,6 +224,9 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	}
 	if g.admitShed(ctx, &d); d.Status != 0 {
 		return d, nil
+	}
+	if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
+		return d, err
 	}
 	if err := g.admitBulkhead(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err

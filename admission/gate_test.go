@@ -16,12 +16,15 @@ import (
 	"github.com/fairgate/fairgate/tenant"
 )
 
-func testRegistry(t testing.TB) *tenant.Registry {
+func testRegistry(t testing.TB) *tenant.Registry { return testRegistryStarterRate(t, 5) }
+
+// testRegistryStarterRate is testRegistry with the starter tier's rate.
+func testRegistryStarterRate(t testing.TB, starterRate float64) *tenant.Registry {
 	t.Helper()
 	reg, err := tenant.NewRegistry(tenant.Config{
 		Tiers: map[string]tenant.TierConfig{
 			"enterprise": {Rate: 100, Burst: 500},
-			"starter": {Rate: 5, Burst: 25, Groups: map[string]tenant.Quota{
+			"starter": {Rate: starterRate, Burst: 25, Groups: map[string]tenant.Quota{
 				"exports": {Rate: 0.5, Burst: 40},
 			}},
 		},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fairgate/fairgate/shed"
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // Header names the gate sets. Clients' own copies of them (and anything
@@ -48,16 +49,27 @@ func (g *Gate) trustedPriority(r *http.Request) (shed.Priority, bool) {
 }
 
 // stripClientHeaders deletes every header a client might use to pass itself
-// off as a tenant, fake a quota or raise its own priority.
+// off as a tenant, fake a quota, raise its own priority, or change the
+// method the upstream runs after the route was priced (the method override
+// headers that many frameworks honour: a GET priced at 1 must not become a
+// POST export upstream).
 func stripClientHeaders(h http.Header) {
 	for k := range h {
 		// Compare with '_' read as '-': CGI-style upstreams (WSGI, Rack,
 		// PHP) map X_Tenant_Id and X-Tenant-Id to the same variable.
 		if hasPrefixFoldUnderscore(k, "X-Tenant-") || hasPrefixFoldUnderscore(k, "Ratelimit") ||
-			hasPrefixFoldUnderscore(k, "X-Ratelimit") || hasPrefixFoldUnderscore(k, HeaderPriority) && len(k) == len(HeaderPriority) {
+			hasPrefixFoldUnderscore(k, "X-Ratelimit") || isFoldUnderscore(k, HeaderPriority) ||
+			isFoldUnderscore(k, "X-Http-Method-Override") || isFoldUnderscore(k, "X-Http-Method") ||
+			isFoldUnderscore(k, "X-Method-Override") {
 			delete(h, k)
 		}
 	}
+}
+
+// isFoldUnderscore is a case-insensitive s == name in which '_' in s matches
+// '-' in name.
+func isFoldUnderscore(s, name string) bool {
+	return len(s) == len(name) && hasPrefixFoldUnderscore(s, name)
 }
 
 func lower(c byte) byte {
@@ -94,4 +106,15 @@ func NewRequestID() string {
 		b[8+i] = hexd[(c>>(4*i))&0xf]
 	}
 	return string(b[:])
+}
+
+// hideCredential removes the credential that identified the request, so
+// the raw API key never reaches the upstream.
+func hideCredential(h http.Header, src tenant.KeySource) {
+	switch src {
+	case tenant.BearerKey:
+		h.Del("Authorization")
+	case tenant.HeaderKey:
+		h.Del("X-Api-Key")
+	}
 }

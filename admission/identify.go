@@ -16,19 +16,20 @@ import (
 func (g *Gate) identify(ctx context.Context, c *compiled, req Request, d *Decision) {
 	sp := g.layerSpan(ctx, SpanIdentify)
 	defer sp.end(d, LayerIdentify)
-	key, ok := tenant.ExtractKey(req.Header)
+	key, src, ok := tenant.FindKey(req.Header)
 	var t *tenant.Tenant
 	if ok {
 		t, ok = c.reg.Lookup(key)
 	}
 	if !ok {
-		g.rejectUnauthenticated(c, req, key != "", d)
+		g.rejectUnauthenticated(c, req, src != tenant.NoKey, d)
 		if sp.on() {
 			sp.s.SetAttributes(attrAuth.String(d.Reason.String()))
 		}
 		return
 	}
 	d.Tenant = t
+	d.credential = src
 	d.Priority = shed.PriorityFor(t.Rank, d.Route.Criticality)
 	if req.HasPriority {
 		d.Priority = req.Priority
@@ -41,7 +42,7 @@ func (g *Gate) identify(ctx context.Context, c *compiled, req Request, d *Decisi
 func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool, d *Decision) {
 	d.Route = c.routes.unmatched
 	ip := unauthKey(req.RemoteAddr)
-	res := g.unauth.TakeAt(g.now().UnixNano(), ratelimit.BucketKey{Tenant: ip, Scope: "unauthenticated"}, c.unauth, 1)
+	res := g.unauth.TakeAt(g.unauth.Clock(), ratelimit.BucketKey{Tenant: ip, Scope: scopeUnauthenticated}, c.unauth, 1)
 	switch {
 	case !res.Allowed:
 		d.reject(ReasonTooManyFailedAttempts, res.RetryAfter)
@@ -49,6 +50,25 @@ func (g *Gate) rejectUnauthenticated(c *compiled, req Request, presented bool, d
 		d.reject(ReasonUnknownKey, 0)
 	default:
 		d.reject(ReasonMissingKey, 0)
+	}
+}
+
+// The scopes of the per-IP buckets.
+const (
+	scopeUnauthenticated = "unauthenticated"
+	scopeAnonymous       = "anonymous"
+)
+
+// rateAnonymous runs the rate layer of a route with auth: none: the
+// client's per-IP bucket (kept per instance, like the failed-attempts
+// bucket), charged the route's cost. Over it: 429.
+func (g *Gate) rateAnonymous(c *compiled, req Request, d *Decision) {
+	d.Priority = shed.PriorityFor(0, d.Route.Criticality)
+	res := g.unauth.TakeAt(g.unauth.Clock(), ratelimit.BucketKey{Tenant: unauthKey(req.RemoteAddr), Scope: scopeAnonymous}, c.anon, d.Route.Cost)
+	d.Quotas[0] = quotaState("anonymous", c.anon, res)
+	d.NQuotas = 1
+	if !res.Allowed {
+		d.reject(ReasonAnonymousQuota, res.RetryAfter)
 	}
 }
 

@@ -22,11 +22,13 @@ func (g *Gate) Middleware(next http.Handler) http.Handler {
 	return g.middleware(next, upstreamIsNext)
 }
 
-// ProxyMiddleware is Middleware for a handler that makes the upstream call
-// itself, such as a reverse proxy that first buffers the request body: next
-// finds the lease with FromContext and calls its StartUpstream and
-// Answered around the call, so the adaptive limit times the upstream alone.
-// The middleware releases the lease when next returns.
+// ProxyMiddleware is Middleware for a reverse proxy: it reads the request
+// body into memory (bounded by the limit the caller put on r.Body) after
+// the cheap layers and before the bulkhead queue (see Request.ReadBody and
+// bufferBody), and next, which makes the upstream call, finds the lease
+// with FromContext and calls its StartUpstream and Answered around the
+// call, so the adaptive limit times the upstream alone. The middleware
+// releases the lease when next returns.
 func (g *Gate) ProxyMiddleware(next http.Handler) http.Handler {
 	return g.middleware(next, upstreamCalledByNext)
 }
@@ -49,8 +51,12 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			w.Header().Set(HeaderRequestID, reqID)
 		}
 		ctx := r.Context()
-		d, err := g.check(ctx, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header, RemoteAddr: r.RemoteAddr,
-			Priority: prio, HasPriority: hasPrio})
+		req := Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.RawPath, Header: r.Header, RemoteAddr: r.RemoteAddr,
+			Priority: prio, HasPriority: hasPrio}
+		if call == upstreamCalledByNext {
+			req.ReadBody = func() error { return bufferBody(r) }
+		}
+		d, err := g.check(ctx, req)
 		if err != nil {
 			// The client went away while we decided; nobody reads this.
 			w.WriteHeader(StatusClientClosedRequest)
@@ -81,8 +87,13 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 				g.handlerPanicked(tw, p, reqID)
 			}
 		}()
-		r.Header.Set(HeaderTenantID, d.Tenant.ID)
-		r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
+		if g.cfg.Load().hideCredentials {
+			hideCredential(r.Header, d.credential)
+		}
+		if d.Tenant != nil { // nil on an auth: none route
+			r.Header.Set(HeaderTenantID, d.Tenant.ID)
+			r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
+		}
 		next.ServeHTTP(tw, r.WithContext(context.WithValue(ctx, decisionKey{}, &d)))
 		if call == upstreamIsNext && ctx.Err() == nil {
 			lease.Answered()

@@ -16,7 +16,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 	err := g.takeBuckets(ctx, c, d)
 	if sp.on() {
 		q := &d.Quotas[0]
-		sp.s.SetAttributes(attrCost.Float64(d.Route.Cost), attrRemaining.Float64(q.Remaining), attrLimit.Float64(q.Limit))
+		sp.s.SetAttributes(attrCost.Float64(round3(d.Route.Cost)), attrRemaining.Float64(round3(q.Remaining)), attrLimit.Float64(round3(q.Limit)))
 		if b := &d.backstop; d.hasBackstop {
 			sp.s.SetAttributes(attrBackstopTokens.Float64(round3(b.Tokens)), attrBackstopUse.Float64(round3(b.Use)),
 				attrBackstopShare.Float64(round3(b.Share)), attrBackstopWithin.Bool(b.WithinShare))
@@ -101,11 +101,18 @@ func (g *Gate) take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limi
 }
 
 // storeFailed applies the rate layer's failure rule: a context cancelled by
-// the caller is returned as it is; any other store error means the store's
-// own failure policy chose to fail closed, so the request gets a 503.
+// the caller is returned as it is; a take the store refused as invalid is
+// a logged 500 (a bug or a config validation missed, not an outage); any
+// other store error means the store's own failure policy chose to fail
+// closed, so the request gets a 503.
 func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
+	}
+	if errors.Is(err, ratelimit.ErrInvalidTake) {
+		g.log.ErrorContext(ctx, "rate store refused a take as invalid", "route", d.Route.Name, "err", err)
+		d.reject(ReasonInvalidTake, 0)
+		return nil
 	}
 	retry := time.Second
 	var h interface{ RetryAfterHint() time.Duration }
@@ -120,7 +127,8 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 }
 
 func quotaState(name string, l ratelimit.Limit, r ratelimit.Result) QuotaState {
-	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter}
+	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter,
+		StateUnknown: r.StateUnknown}
 }
 
 // backstopClass is the backstop's class of a request of priority p: its

@@ -8,16 +8,17 @@ import (
 // writeRateLimitHeaders sets the IETF draft's RateLimit-Policy and
 // RateLimit structured fields and the widely deployed RateLimit-Limit,
 // -Remaining and -Reset (for the bucket with the fewest tokens left).
+// They say only what is known: a bucket the store answered for without
+// reading it (a failure policy, a cached denial) has a policy item but no
+// state item, and the trio describes a bucket whose state is known, or is
+// left out.
 func writeRateLimitHeaders(h http.Header, d *Decision) {
-	if d.NQuotas == 0 {
-		return
-	}
-	// All five values are written into one buffer, made one string and
-	// sliced: two allocations instead of a dozen.
+	// The values are written into one buffer, made one string and sliced:
+	// two allocations instead of a dozen.
 	var arr [256]byte
 	b := arr[:0]
 	var ends [5]int
-	low := 0
+	low := -1
 	for i := range d.NQuotas {
 		q := &d.Quotas[i]
 		if q.Name == "" {
@@ -27,39 +28,49 @@ func writeRateLimitHeaders(h http.Header, d *Decision) {
 			b = append(b, ", "...)
 		}
 		b = AppendPolicy(b, q)
-		if q.Remaining < d.Quotas[low].Remaining {
+		if !q.StateUnknown && (low < 0 || q.Remaining < d.Quotas[low].Remaining) {
 			low = i
 		}
 	}
-	ends[0] = len(b)
-	first := true
-	for i := range d.NQuotas {
-		q := &d.Quotas[i]
-		if q.Name == "" {
-			continue
-		}
-		if !first {
-			b = append(b, ", "...)
-		}
-		first = false
-		b = AppendState(b, q)
+	if len(b) == 0 {
+		return
 	}
-	ends[1] = len(b)
-	q := &d.Quotas[low]
-	b = strconv.AppendInt(b, int64(q.Limit), 10)
-	ends[2] = len(b)
-	b = strconv.AppendInt(b, int64(q.Remaining), 10)
-	ends[3] = len(b)
-	b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
-	ends[4] = len(b)
+	ends[0] = len(b)
+	n := 1
+	if low >= 0 {
+		first := true
+		for i := range d.NQuotas {
+			q := &d.Quotas[i]
+			if q.Name == "" || q.StateUnknown {
+				continue
+			}
+			if !first {
+				b = append(b, ", "...)
+			}
+			first = false
+			b = AppendState(b, q)
+		}
+		ends[1] = len(b)
+		q := &d.Quotas[low]
+		b = strconv.AppendInt(b, int64(q.Limit), 10)
+		ends[2] = len(b)
+		b = strconv.AppendInt(b, int64(q.Remaining), 10)
+		ends[3] = len(b)
+		b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+		ends[4] = len(b)
+		n = 5
+	}
 	all := string(b)
-	vals := make([]string, 5)
+	vals := make([]string, n)
 	start := 0
-	for i, end := range ends {
+	for i, end := range ends[:n] {
 		vals[i] = all[start:end]
 		start = end
 	}
 	h["Ratelimit-Policy"] = vals[0:1:1]
+	if n == 1 {
+		return
+	}
 	h["Ratelimit"] = vals[1:2:2]
 	h["Ratelimit-Limit"] = vals[2:3:3]
 	h["Ratelimit-Remaining"] = vals[3:4:4]

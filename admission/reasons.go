@@ -19,12 +19,14 @@ const (
 	ReasonMissingKey            // 401: no API key
 	ReasonUnknownKey            // 401: a key that identifies no tenant
 	ReasonTooManyFailedAttempts // 429: this address failed too often
+	ReasonAnonymousQuota        // 429: this address is over the anonymous bucket (auth: none routes)
 
 	// rate
 	ReasonTenantQuota      // 429: the tenant's bucket
 	ReasonGroupQuota       // 429: the tenant's bucket for the route's group
 	ReasonGlobalBackstop   // 503: the bucket all tenants share
 	ReasonStoreUnavailable // 503: the rate store failed closed
+	ReasonInvalidTake      // 500: the rate store refused the take as invalid (a bug)
 
 	// concurrency, shed, bulkhead, adaptive
 	ReasonMaxConcurrent // 429: the tenant's cap on requests in flight
@@ -35,6 +37,7 @@ const (
 	ReasonLimitReached  // 503: the adaptive limit, without pools
 
 	// edge, proxy and the upstream (not decisions of the pipeline)
+	ReasonEncodedSlash        // 400: an escaped '/' in the path, refused by encoded_slashes
 	ReasonBodyTooLarge        // 413: the body is over max_body_bytes
 	ReasonMalformedBody       // 400: the body could not be read
 	ReasonUpstreamTimeout     // 504: the upstream did not answer in time
@@ -73,6 +76,8 @@ var reasons = [...]reasonRow{
 	ReasonTooManyFailedAttempts: {"too_many_failed_attempts", LayerIdentify, http.StatusTooManyRequests, errRateLimited,
 		text("Too many requests without a valid API key from this address.")},
 
+	ReasonAnonymousQuota: {"anonymous_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
+		text("Too many requests to routes without credentials from this address.")},
 	ReasonTenantQuota: {"tenant_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
 		func(d *Decision, _ string) string {
 			return "Tenant " + d.Tenant.ID + " is over its " + d.Tenant.Tier + " rate quota (" + d.Route.Name + " costs " +
@@ -88,6 +93,8 @@ var reasons = [...]reasonRow{
 				" is above its fair share of it; this is not your quota, and tenants within their shares are still served."
 		}},
 	ReasonStoreUnavailable: {"store_unavailable", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
+	ReasonInvalidTake: {"invalid_take", LayerRate, http.StatusInternalServerError, "internal_error",
+		text("The request's rate limit could not be applied; the operator has been told.")},
 
 	ReasonMaxConcurrent: {"max_concurrent", LayerConcurrency, http.StatusTooManyRequests, errRateLimited,
 		func(d *Decision, _ string) string {
@@ -99,6 +106,8 @@ var reasons = [...]reasonRow{
 	ReasonDraining:     {"draining", LayerBulkhead, http.StatusServiceUnavailable, errOverloaded, nil},
 	ReasonLimitReached: {"limit_reached", LayerAdaptive, http.StatusServiceUnavailable, errOverloaded, nil},
 
+	ReasonEncodedSlash: {"encoded_slash", LayerEdge, http.StatusBadRequest, "bad_request",
+		text(`The path holds an escaped slash ("%2F"), which this gateway refuses: send the segment without it.`)},
 	ReasonBodyTooLarge: {"body_too_large", LayerEdge, http.StatusRequestEntityTooLarge, "request_too_large",
 		text("The request body is larger than this gateway accepts.")},
 	ReasonMalformedBody: {"malformed_body", LayerEdge, http.StatusBadRequest, "bad_request",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
@@ -34,7 +35,50 @@ func (g *Gate) Reload(cfg Config, reg *tenant.Registry) error {
 	if g.pools != nil && g.limiter == nil {
 		g.pools.SetTotal(cfg.Bulkhead.Total) // seated requests keep their seats
 	}
+	// A quota change must not refill a bucket: a store that forgets full
+	// buckets learns the new limits, so it forgets them when they are full
+	// under those.
+	if s, ok := g.store.(relimiter); ok {
+		s.Relimit(c.limitOf)
+	}
+	g.unauth.Relimit(c.unauthLimitOf)
 	return nil
+}
+
+// relimiter is a store that forgets full buckets and must hear of new
+// limits (ratelimit.MemoryStore).
+type relimiter interface {
+	Relimit(limitOf func(ratelimit.BucketKey) (ratelimit.Limit, bool))
+}
+
+// limitOf returns the limit of a rate-layer bucket under c: the global
+// backstop, a tenant's own bucket, or a tenant's group bucket.
+func (c *compiled) limitOf(k ratelimit.BucketKey) (ratelimit.Limit, bool) {
+	if k.Tenant == "" {
+		// The global backstop is no bucket of the store's: it takes its
+		// limit with every request.
+		return ratelimit.Limit{}, false
+	}
+	t, ok := c.reg.ByID(k.Tenant)
+	if !ok {
+		return ratelimit.Limit{}, false
+	}
+	if k.Scope == "" {
+		return ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}, true
+	}
+	q, ok := t.Groups[k.Scope]
+	return ratelimit.Limit{Rate: q.Rate, Burst: q.Burst}, ok
+}
+
+// unauthLimitOf returns the limit of a per-IP bucket under c.
+func (c *compiled) unauthLimitOf(k ratelimit.BucketKey) (ratelimit.Limit, bool) {
+	switch k.Scope {
+	case scopeUnauthenticated:
+		return c.unauth, true
+	case scopeAnonymous:
+		return c.anon, true
+	}
+	return ratelimit.Limit{}, false
 }
 
 // layerConfig is the part of Config that built the stateful layers.

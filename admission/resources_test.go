@@ -106,7 +106,7 @@ func TestManyTenantsMemoryPlateaus(t *testing.T) {
 		if after := runtime.NumGoroutine(); after > goroutines {
 			t.Errorf("goroutines %d -> %d over %d requests", goroutines, after, windows*per)
 		}
-		store.Sweep(clk.Now().Add(2 * time.Second).UnixNano())
+		store.Sweep(store.Clock() + int64(2*time.Second))
 		return store, peak, growth
 	}
 

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"strings"
 
@@ -29,6 +30,36 @@ type RouteConfig struct {
 	// Pool, when set, sends the route to its own bulkhead pool instead of
 	// the tier's.
 	Pool string `yaml:"pool"`
+	// Auth is "key" (the default: the request must identify a tenant) or
+	// "none", for routes that need no credentials by design (CORS
+	// preflight, health checks): their requests are limited per client IP
+	// by the anonymous bucket and the adaptive limit, not by a tenant's
+	// quotas, so keep them cheap.
+	Auth RouteAuth `yaml:"auth"`
+}
+
+// RouteAuth is what a route asks of a request's credentials.
+type RouteAuth uint8
+
+const (
+	// AuthKey: the request must present a tenant's API key.
+	AuthKey RouteAuth = iota
+	// AuthNone: no credentials; limited per client IP.
+	AuthNone
+)
+
+// UnmarshalText parses "key" or "none" (empty means key) and rejects
+// anything else.
+func (a *RouteAuth) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "", "key":
+		*a = AuthKey
+	case "none":
+		*a = AuthNone
+	default:
+		return fmt.Errorf("%q is not key or none", b)
+	}
+	return nil
 }
 
 // Route is a compiled RouteConfig. Routes are shared and must not be
@@ -42,8 +73,10 @@ type Route struct {
 	Criticality shed.Criticality
 	Group       string
 	Pool        string
-	segs        []string // template segments; anySegment matches any one
-	rest        bool     // a final "*" matches the remainder
+	// Anonymous routes (auth: none) identify no tenant.
+	Anonymous bool
+	segs      []string // template segments; anySegment matches any one
+	rest      bool     // a final "*" matches the remainder
 }
 
 // unmatchedName is the route of requests that match no configured route:
@@ -72,9 +105,28 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 		return nil, fmt.Errorf("%s.cost: must be >= 1 (tokens)", f)
 	}
 	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost,
-		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool}
+		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone}
+	if rc.Auth > AuthNone {
+		return nil, fmt.Errorf("%s.auth: unknown value %d (key or none)", f, rc.Auth)
+	}
+	if r.Anonymous && (r.Group != "" || r.Pool != "") {
+		return nil, fmt.Errorf("%s.auth: a route with auth: none has no tenant, so no group or pool", f)
+	}
 	parts := strings.Split(strings.TrimPrefix(rc.Path, "/"), "/")
 	for j, p := range parts {
+		// Requests are classified as path.Clean makes them, so these
+		// could never match.
+		switch {
+		case rc.Path == "/":
+		case p == "" && j == len(parts)-1:
+			return nil, fmt.Errorf("%s.path: %q ends in '/', which no request is classified as: drop it (\"/a/\" is classified as \"/a\")", f, rc.Path)
+		case p == "":
+			return nil, fmt.Errorf("%s.path: %q has an empty segment (\"//\"), which no request is classified as", f, rc.Path)
+		case p == "." || p == "..":
+			return nil, fmt.Errorf("%s.path: %q has a %q segment, which no request is classified as", f, rc.Path, p)
+		case strings.ContainsAny(p, ";\x01"):
+			return nil, fmt.Errorf("%s.path: segment %q: ';' starts parameters, which are dropped before classifying", f, p)
+		}
 		switch {
 		case p == "*" && j == len(parts)-1:
 			r.rest = true
@@ -132,12 +184,30 @@ type routeTable struct {
 	unmatched *Route
 }
 
-// The path is classified as path.Clean makes it ("//a/./b/" is "/a/b"), and
-// literal segments match regardless of case, so that spelling a path
-// differently never makes an expensive route cheap: many upstream
-// frameworks serve those spellings as the same route. The request itself
-// is forwarded as the client sent it.
-func (t *routeTable) lookup(method, p string) *Route {
+// lookup returns the route of a request: the first that matches, or the
+// unmatched route. Every spelling of a path that an upstream framework may
+// serve as the same route is classified as that route, so that spelling a
+// path differently never makes an expensive route cheap (the request itself
+// is forwarded as the client sent it):
+//
+//   - the method is compared in upper case ("post" is POST);
+//   - the path is classified as path.Clean makes it ("//a/./b/" is "/a/b"),
+//     after dropping each segment's ";parameters" ("/export;jsessionid=1"
+//     is "/export", as servlet containers read it);
+//   - literal segments match regardless of case;
+//   - raw, when set, is the path as sent (URL.RawPath): an escaped '/'
+//     ("%2F") then stays inside its segment, so "/items/a%2Fb" is one
+//     {id}, as an upstream routing on the escaped path sees it.
+//
+// It allocates only when the request is spelled unusually.
+func (t *routeTable) lookup(method, p, raw string) *Route {
+	method = upperASCII(method)
+	if raw != "" && hasEncodedSlash(raw) {
+		p = segmentsOf(raw)
+	}
+	if strings.IndexByte(p, ';') >= 0 {
+		p = dropParams(p)
+	}
 	if p != "/" {
 		p = path.Clean(p) // allocates only when the path was not clean
 	}
@@ -147,4 +217,60 @@ func (t *routeTable) lookup(method, p string) *Route {
 		}
 	}
 	return t.unmatched
+}
+
+// upperASCII returns s in upper case, allocating only when s has a lower
+// case letter.
+func upperASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			return strings.ToUpper(s)
+		}
+	}
+	return s
+}
+
+// hasEncodedSlash reports whether an escaped path holds "%2F" or "%2f".
+func hasEncodedSlash(raw string) bool {
+	for i := 0; i+2 < len(raw); i++ {
+		if raw[i] == '%' && raw[i+1] == '2' && (raw[i+2] == 'F' || raw[i+2] == 'f') {
+			return true
+		}
+	}
+	return false
+}
+
+// segmentSlash stands for a '/' that was escaped inside a segment. No
+// template segment holds it, so it matches only {name} and a final *.
+const segmentSlash = "\x01"
+
+// segmentsOf returns the escaped path raw unescaped segment by segment, each
+// escaped '/' replaced by segmentSlash so that it stays inside its segment.
+func segmentsOf(raw string) string {
+	segs := strings.Split(raw, "/")
+	for i, seg := range segs {
+		if u, err := url.PathUnescape(seg); err == nil {
+			seg = u
+		}
+		segs[i] = strings.ReplaceAll(seg, "/", segmentSlash)
+	}
+	return strings.Join(segs, "/")
+}
+
+// dropParams removes each segment's ";parameters" from p.
+func dropParams(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c != ';' {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		for i < len(p) && p[i] != '/' {
+			i++
+		}
+	}
+	return b.String()
 }

@@ -57,11 +57,11 @@ func TestRouteLookupSpellings(t *testing.T) {
 	tbl := routeTable{routes: []*Route{export}, unmatched: &Route{Name: unmatchedName}}
 	for _, p := range []string{"/api/v1/reports/export", "/api/v1/reports/export/", "//api/v1/reports/export",
 		"/api/v1/reports//export", "/api/v1/./reports/export", "/api/v1/x/../reports/export", "/API/V1/Reports/Export"} {
-		if got := tbl.lookup("POST", p); got != export {
+		if got := tbl.lookup("POST", p, ""); got != export {
 			t.Errorf("POST %s classified as %q, want the export route", p, got.Name)
 		}
 	}
-	if got := tbl.lookup("POST", "/api/v1/reports/exports"); got == export {
+	if got := tbl.lookup("POST", "/api/v1/reports/exports", ""); got == export {
 		t.Error("a different path matched the export route")
 	}
 }

@@ -64,7 +64,7 @@ type poolShed struct {
 	shedder     *shed.Shedder
 	queueCap    int
 	completed   atomic.Uint64
-	nextObserve atomic.Int64 // Unix ns
+	nextObserve atomic.Int64 // ns since the gate's epoch
 	every       int64        // ns between observations
 }
 
@@ -83,8 +83,11 @@ func (g *Gate) shedderFor(pool string) *poolShed {
 // then recomputes the floor the pools shed below together.
 func (g *Gate) observe(ps *poolShed, pool string) {
 	now := g.now()
+	t := int64(now.Sub(g.epoch)) // monotonic with time.Now: a wall step freezes nothing
 	next := ps.nextObserve.Load()
-	if now.UnixNano() < next || !ps.nextObserve.CompareAndSwap(next, now.UnixNano()+ps.every) {
+	// Not yet due, unless the clock went back (a clock without a
+	// monotonic reading): then observe now rather than wait out the step.
+	if t < next && next-t <= ps.every || !ps.nextObserve.CompareAndSwap(next, t+ps.every) {
 		return
 	}
 	p := shed.Pressure{QueueCap: ps.queueCap, Completed: ps.completed.Load()}

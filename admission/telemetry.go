@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -74,6 +75,18 @@ const (
 	OutcomeAdmit  = "admit"
 	OutcomeReject = "reject"
 )
+
+// round3 rounds x to three decimals, so that span attributes read
+// 19.999 rather than 19.999999999999996.
+func round3(x float64) float64 {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return x
+	}
+	return math.Round(x*1000) / 1000
+}
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return round3(float64(d) / 1e6) }
 
 // span is a layer span, or nothing when tracing is off: its methods are
 // no-ops on the zero value, so the hot path pays one nil check per layer.
@@ -334,12 +347,4 @@ func (c *gateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.adInFlight, g.limiter.Inflight())
 	}
 	gauge(c.tenantsInFlightTracked, g.caps.Tenants())
-}
-
-// round3 rounds x to three decimals for a span attribute.
-func round3(x float64) float64 {
-	if math.IsInf(x, 0) || math.IsNaN(x) {
-		return x
-	}
-	return math.Round(x*1000) / 1000
 }

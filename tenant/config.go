@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -61,6 +62,35 @@ type Quota struct {
 	Burst float64 `yaml:"burst"`
 }
 
+// Limits every quota keeps, wherever it is configured (a tier, a tenant's
+// override, a group, the global backstop, the per-IP buckets): one rule,
+// so that a value one store accepts no other refuses at run time.
+const (
+	// MaxRate is the highest rate, in tokens per second.
+	MaxRate = 1e9
+	// MaxBurst is the largest burst, in tokens.
+	MaxBurst = 1e12
+)
+
+// Validate checks q and returns every problem, each naming its field under
+// path (for example "tiers.pro.groups.exports.burst: …"): a finite rate in
+// (0, MaxRate] tokens a second, a finite burst in [1, MaxBurst] tokens (a
+// request costs at least 1), and a refill from empty (burst/rate) of at
+// most MaxRefill seconds.
+func (q Quota) Validate(path string) error {
+	var errs []error
+	if !(q.Rate > 0) || q.Rate > MaxRate {
+		errs = append(errs, fmt.Errorf("%s.rate: must be > 0 and at most %g (tokens per second), got %v", path, float64(MaxRate), q.Rate))
+	}
+	if !(q.Burst >= 1) || q.Burst > MaxBurst {
+		errs = append(errs, fmt.Errorf("%s.burst: must be >= 1 and at most %g (tokens), got %v", path, float64(MaxBurst), q.Burst))
+	}
+	if q.Rate > 0 && q.Burst/q.Rate > MaxRefill {
+		errs = append(errs, fmt.Errorf("%s.burst: refills in %.3g s (burst/rate); at most %g s", path, q.Burst/q.Rate, float64(MaxRefill)))
+	}
+	return errors.Join(errs...)
+}
+
 // TenantConfig is one tenant.
 type TenantConfig struct {
 	// ID names the tenant in logs, spans, metrics, headers and store keys:
@@ -100,18 +130,12 @@ func (c *Config) Validate() error {
 	}
 	for _, name := range sortedKeys(c.Tiers) {
 		t := c.Tiers[name]
-		f := "tiers." + name
+		f := "tiers." + PathKey(name)
 		if !validID(name) {
 			bad(f, "tier name must be 1-64 letters, digits, '.', '_' or '-'")
 		}
-		if !(t.Rate > 0) || t.Rate > 1e9 {
-			bad(f+".rate", "must be > 0 (tokens per second)")
-		}
-		if !(t.Burst > 0) || t.Burst > 1e12 {
-			bad(f+".burst", "must be > 0 (tokens)")
-		}
-		if t.Rate > 0 && t.Burst/t.Rate > MaxRefill {
-			bad(f+".burst", "refills in %.3g s (burst/rate); at most %g s", t.Burst/t.Rate, float64(MaxRefill))
+		if err := (Quota{Rate: t.Rate, Burst: t.Burst}).Validate(f); err != nil {
+			errs = append(errs, err)
 		}
 		if t.MaxConcurrent < 0 {
 			bad(f+".max_concurrent", "must be >= 0 (0 means no cap)")
@@ -128,16 +152,10 @@ func (c *Config) Validate() error {
 		for _, g := range sortedKeys(t.Groups) {
 			q := t.Groups[g]
 			if !validID(g) {
-				bad(f+".groups."+g, "group name must be 1-64 letters, digits, '.', '_' or '-'")
+				bad(f+".groups."+PathKey(g), "group name must be 1-64 letters, digits, '.', '_' or '-'")
 			}
-			if !(q.Rate > 0) {
-				bad(f+".groups."+g+".rate", "must be > 0 (tokens per second)")
-			}
-			if !(q.Burst > 0) {
-				bad(f+".groups."+g+".burst", "must be > 0 (tokens)")
-			}
-			if q.Rate > 0 && q.Burst/q.Rate > MaxRefill {
-				bad(f+".groups."+g+".burst", "refills in %.3g s (burst/rate); at most %g s", q.Burst/q.Rate, float64(MaxRefill))
+			if err := q.Validate(f + ".groups." + PathKey(g)); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -155,7 +173,7 @@ func (c *Config) Validate() error {
 			ids[tc.ID] = i
 		}
 		if _, ok := c.Tiers[tc.Tier]; !ok {
-			bad(f+".tier", "unknown tier %q (have %s)", clip(tc.Tier), strings.Join(sortedKeys(c.Tiers), ", "))
+			bad(f+".tier", "unknown tier %q (have %s)", clip(tc.Tier), joinKeys(sortedKeys(c.Tiers)))
 		}
 		if len(tc.APIKeysSHA256) == 0 {
 			bad(f+".api_keys_sha256", "at least one key hash is required")
@@ -171,22 +189,17 @@ func (c *Config) Validate() error {
 			}
 			hashes[sum] = tc.ID
 		}
-		if tc.Rate != nil && !(*tc.Rate > 0) {
-			bad(f+".rate", "must be > 0 (tokens per second)")
-		}
-		if tc.Burst != nil && !(*tc.Burst > 0) {
-			bad(f+".burst", "must be > 0 (tokens)")
-		}
-		if tier, ok := c.Tiers[tc.Tier]; ok {
-			rate, burst := tier.Rate, tier.Burst
+		if tier, ok := c.Tiers[tc.Tier]; ok && (tc.Rate != nil || tc.Burst != nil) {
+			// The tenant's own quota: its overrides over its tier's.
+			q := Quota{Rate: tier.Rate, Burst: tier.Burst}
 			if tc.Rate != nil {
-				rate = *tc.Rate
+				q.Rate = *tc.Rate
 			}
 			if tc.Burst != nil {
-				burst = *tc.Burst
+				q.Burst = *tc.Burst
 			}
-			if rate > 0 && burst/rate > MaxRefill {
-				bad(f+".burst", "refills in %.3g s (burst/rate); at most %g s", burst/rate, float64(MaxRefill))
+			if err := q.Validate(f); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		if tc.MaxConcurrent != nil && *tc.MaxConcurrent < 0 {
@@ -210,6 +223,25 @@ func ParseKeyHash(s string) ([32]byte, error) {
 		return sum, fmt.Errorf("not hex: %v", err)
 	}
 	return sum, nil
+}
+
+// PathKey returns a map key as it stands in a field path of an error: as
+// it is when it is a valid name, quoted (with any newline escaped) when it
+// is not, so that an error names the field on one line.
+func PathKey(k string) string {
+	if validID(k) {
+		return k
+	}
+	return strconv.Quote(k)
+}
+
+// joinKeys lists names for an error message, each as PathKey gives it.
+func joinKeys(keys []string) string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = PathKey(k)
+	}
+	return strings.Join(out, ", ")
 }
 
 // validID reports whether s is a safe identifier: it may appear in a header,

@@ -147,28 +147,49 @@ func HashKey(key string) string {
 // MaxKeyLen is the longest API key ExtractKey accepts.
 const MaxKeyLen = 256
 
+// KeySource says where a request presents its API key.
+type KeySource uint8
+
+const (
+	// NoKey: the request presents no API key at all.
+	NoKey KeySource = iota
+	// BearerKey: the token of "Authorization: Bearer …".
+	BearerKey
+	// HeaderKey: the X-API-Key header.
+	HeaderKey
+)
+
 // ExtractKey returns the API key a request presents: the token of an
-// "Authorization: Bearer" header, else the X-API-Key header. It returns false
-// when there is none, or when it is longer than MaxKeyLen or holds anything
-// but visible ASCII (such a key cannot be one of ours).
+// "Authorization: Bearer" header, else the X-API-Key header (also when
+// Authorization carries another scheme, such as Basic for the upstream).
+// It returns false when there is none, or when it is longer than MaxKeyLen
+// or holds anything but visible ASCII (such a key cannot be one of ours).
 func ExtractKey(h http.Header) (string, bool) {
-	var key string
-	if a := h.Get("Authorization"); a != "" {
-		const prefix = "bearer "
-		if len(a) <= len(prefix) || !strings.EqualFold(a[:len(prefix)], prefix) {
-			return "", false
-		}
-		key = strings.TrimLeft(a[len(prefix):], " ")
+	key, _, ok := FindKey(h)
+	return key, ok
+}
+
+// FindKey is ExtractKey that also says where the key was presented. A
+// request that presents a key which cannot be one of ours (ok false) still
+// has a source, so that it is told its key is not valid rather than that
+// it sent none.
+func FindKey(h http.Header) (key string, src KeySource, ok bool) {
+	const prefix = "bearer "
+	if a := h.Get("Authorization"); len(a) >= len(prefix)-1 && strings.EqualFold(a[:len(prefix)-1], prefix[:len(prefix)-1]) &&
+		(len(a) == len(prefix)-1 || a[len(prefix)-1] == ' ') {
+		key, src = strings.TrimLeft(a[len(prefix)-1:], " "), BearerKey
+	} else if v, present := h["X-Api-Key"]; present && len(v) > 0 {
+		key, src = v[0], HeaderKey
 	} else {
-		key = h.Get("X-API-Key")
+		return "", NoKey, false
 	}
 	if key == "" || len(key) > MaxKeyLen {
-		return "", false
+		return "", src, false
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] <= ' ' || key[i] > '~' {
-			return "", false
+			return "", src, false
 		}
 	}
-	return key, true
+	return key, src, true
 }

@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,14 +21,14 @@ func validConfig() Config {
 }
 
 func TestValidateNamesTheField(t *testing.T) {
-	neg := -1.0
+	neg, inf, huge := -1.0, math.Inf(1), 2e12
 	tests := []struct {
 		name   string
 		mutate func(*Config)
 		want   string
 	}{
 		{"rate", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 0, Burst: 1} }, "tiers.pro.rate: must be > 0"},
-		{"burst", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: -3} }, "tiers.pro.burst: must be > 0"},
+		{"burst", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: -3} }, "tiers.pro.burst: must be >= 1"},
 		{"unknown tier", func(c *Config) { c.Tenants[0].Tier = "gold" }, `tenants[0] (globex).tier: unknown tier "gold"`},
 		{"duplicate tenant", func(c *Config) { c.Tenants[1].ID = "globex" }, "duplicate tenant: also tenants[0]"},
 		{"duplicate key", func(c *Config) { c.Tenants[1].APIKeysSHA256 = c.Tenants[0].APIKeysSHA256 }, "duplicate key hash: also used by globex"},
@@ -35,6 +36,16 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"bad id", func(c *Config) { c.Tenants[0].ID = "a\r\nX-Evil: 1" }, "tenants[0].id: must be 1-64 letters"},
 		{"override", func(c *Config) { c.Tenants[0].Rate = &neg }, "tenants[0] (globex).rate: must be > 0"},
 		{"no tiers", func(c *Config) { c.Tiers = nil; c.Tenants = nil }, "tiers: at least one tier is required"},
+		// Issue 12: .inf and bursts above 1e12 passed for overrides and
+		// groups (on Redis that tenant then got a permanent 503).
+		{"override inf", func(c *Config) { c.Tenants[0].Burst = &inf }, "tenants[0] (globex).burst: must be >= 1 and at most 1e+12"},
+		{"override huge", func(c *Config) { c.Tenants[0].Burst = &huge }, "tenants[0] (globex).burst: must be >= 1 and at most 1e+12"},
+		{"group inf", func(c *Config) {
+			c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 10, Groups: map[string]Quota{"exports": {Rate: inf, Burst: 5}}}
+		}, "tiers.pro.groups.exports.rate: must be > 0 and at most 1e+09"},
+		{"group huge", func(c *Config) {
+			c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 10, Groups: map[string]Quota{"exports": {Rate: 1, Burst: huge}}}
+		}, "tiers.pro.groups.exports.burst: must be >= 1 and at most 1e+12"},
 		{"rank", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Rank: 9} }, "tiers.pro.rank: must be in [0, 4]"},
 		{"weight", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Weight: -2} }, "tiers.pro.weight: must be in (0, 1000000]"},
 		{"tenant weight", func(c *Config) { c.Tenants[0].Weight = &neg }, "tenants[0] (globex).weight: must be in (0, 1000000]"},
@@ -88,11 +99,37 @@ func TestExtractKey(t *testing.T) {
 		{http.Header{"X-Api-Key": {"a\x00"}}, "", false},
 		{http.Header{"X-Api-Key": {strings.Repeat("k", MaxKeyLen+1)}}, "", false},
 		{http.Header{}, "", false},
+		// Issue 12: X-API-Key was ignored whenever any Authorization was
+		// present, such as Basic credentials meant for the upstream.
+		{http.Header{"Authorization": {"Basic dTpw"}, "X-Api-Key": {"xyz"}}, "xyz", true},
+		{http.Header{"Authorization": {"Bearer abc"}, "X-Api-Key": {"xyz"}}, "abc", true},
 	}
 	for _, tt := range tests {
 		got, ok := ExtractKey(tt.h)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("ExtractKey(%v) = %q, %v; want %q, %v", tt.h, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestFindKeySource: a malformed key that was presented has a source (so the
+// client hears "not valid", not "missing"); Basic credentials are not ours.
+func TestFindKeySource(t *testing.T) {
+	for _, tt := range []struct {
+		h   http.Header
+		src KeySource
+	}{
+		{http.Header{"Authorization": {"Bearer "}}, BearerKey},
+		{http.Header{"Authorization": {"Bearer"}}, BearerKey},
+		{http.Header{"Authorization": {"bearer a\x01"}}, BearerKey},
+		{http.Header{"X-Api-Key": {"a b"}}, HeaderKey},
+		{http.Header{"X-Api-Key": {""}}, HeaderKey},
+		{http.Header{"Authorization": {"Basic dTpw"}}, NoKey},
+		{http.Header{"Authorization": {"Bearerx"}}, NoKey},
+		{http.Header{}, NoKey},
+	} {
+		if _, src, ok := FindKey(tt.h); src != tt.src || ok {
+			t.Errorf("FindKey(%q) = %v, %v; want %v, false", tt.h, src, ok, tt.src)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,6 +68,12 @@ type ServerConfig struct {
 	// to the end of the response headers; beyond it the client gets 504.
 	// Default 30s.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// WriteIdleTimeout bounds how long one write of the response to the
+	// client may take: every write must make progress within it, so a
+	// client that reads a large response a byte a minute is cut off and
+	// gives back its seat, slot and upstream connection, while a long
+	// download that keeps moving is not. Default 30s.
+	WriteIdleTimeout time.Duration `yaml:"write_idle_timeout"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -96,14 +103,23 @@ func (c Config) withDefaults() Config {
 	if s.UpstreamTimeout == 0 {
 		s.UpstreamTimeout = 30 * time.Second
 	}
+	if s.WriteIdleTimeout == 0 {
+		s.WriteIdleTimeout = 30 * time.Second
+	}
 	return c
 }
 
 // Validate checks the edge's own fields and each package's config. Errors
 // name the field (for example "tiers.pro.rate: must be > 0").
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(true) }
+
+// validate is Validate; an embedded config (needUpstream false) may leave
+// upstream out.
+func (c *Config) validate(needUpstream bool) error {
 	var errs []error
-	if c.Upstream == "" {
+	if c.Upstream == "" && !needUpstream {
+		// Embedded: the handler behind the middleware is the upstream.
+	} else if c.Upstream == "" {
 		errs = append(errs, errors.New("upstream: required (the base URL to proxy to, e.g. http://127.0.0.1:8081)"))
 	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("upstream: %q is not an http(s) URL with a host", c.Upstream))
@@ -112,7 +128,7 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"idle_timeout", s.IdleTimeout}, {"upstream_timeout", s.UpstreamTimeout}} {
+	}{{"read_header_timeout", s.ReadHeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"idle_timeout", s.IdleTimeout}, {"upstream_timeout", s.UpstreamTimeout}, {"write_idle_timeout", s.WriteIdleTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("server.%s: must be >= 0 (0 means the default)", d.name))
 		}
@@ -146,7 +162,17 @@ func (c *Config) Validate() error {
 
 // Parse decodes a config document. Unknown fields are errors (a typo must
 // not be silently ignored), and so is a second document in the same file.
-func Parse(data []byte) (Config, error) {
+func Parse(data []byte) (Config, error) { return parse(data, true) }
+
+// ParseEmbedded is Parse for a service that embeds the admission middleware
+// (see the package example): upstream may be left out, since the handler
+// behind the middleware is the upstream. Of the server section only
+// max_body_bytes means anything there, and only if the embedder applies it
+// (http.MaxBytesHandler); listen, admin_listen, the timeouts and tracing
+// are the embedding server's business.
+func ParseEmbedded(data []byte) (Config, error) { return parse(data, false) }
+
+func parse(data []byte, needUpstream bool) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -154,26 +180,72 @@ func Parse(data []byte) (Config, error) {
 		if errors.Is(err, io.EOF) {
 			return c, errors.New("empty config")
 		}
-		return c, cleanYAMLError(err)
+		return c, cleanYAMLError(err, data)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return c, errors.New("more than one YAML document")
 	}
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(append(zeroCosts(data), c.validate(needUpstream))...); err != nil {
 		return c, err
 	}
 	return c.withDefaults(), nil
 }
 
+// zeroCosts finds the costs the file sets to 0 explicitly. In Go a zero
+// cost means "not set" (cost 1), but a file that says "cost: 0" means a
+// free route, which fairgate refuses.
+func zeroCosts(data []byte) []error {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return nil
+	}
+	var errs []error
+	isZero := func(m *yaml.Node) bool {
+		v := mappingValue(m, "cost")
+		var f float64
+		return v != nil && v.Decode(&f) == nil && f == 0
+	}
+	root := doc.Content[0]
+	if routes := mappingValue(root, "routes"); routes != nil && routes.Kind == yaml.SequenceNode {
+		for i, r := range routes.Content {
+			if isZero(r) {
+				errs = append(errs, fmt.Errorf("routes[%d].cost: must be >= 1 (tokens); 0 would make the route free", i))
+			}
+		}
+	}
+	if u := mappingValue(root, "unmatched"); u != nil && isZero(u) {
+		errs = append(errs, errors.New("unmatched.cost: must be >= 1 (tokens); 0 would make unmatched requests free"))
+	}
+	return errs
+}
+
+// mappingValue returns the value of key in mapping node m, or nil.
+func mappingValue(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
 // Load reads and parses the config file at path. Every error starts with
 // the path.
-func Load(path string) (Config, error) {
+func Load(path string) (Config, error) { return load(path, Parse) }
+
+// LoadEmbedded is Load with ParseEmbedded: upstream may be left out.
+func LoadEmbedded(path string) (Config, error) { return load(path, ParseEmbedded) }
+
+func load(path string, parse func([]byte) (Config, error)) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
-	c, err := Parse(data)
+	c, err := parse(data)
 	if err != nil {
 		return c, prefixLines(path, err)
 	}
@@ -198,21 +270,126 @@ type fileError struct {
 func (e *fileError) Error() string { return e.msg }
 func (e *fileError) Unwrap() error { return e.err }
 
-// cleanYAMLError turns yaml.v3's "field x not found in type gateway.Config"
-// into "line N: unknown field "x"".
-func cleanYAMLError(err error) error {
+// cleanYAMLError names the field of each of yaml.v3's decoding errors, so a
+// person reads "routes[2].max_concurent: unknown field (line 63)" rather
+// than "line 63: field max_concurent not found in type
+// admission.RouteConfig". An error yaml.v3 gives without a line (a value
+// an UnmarshalText refused, such as a criticality typo) is placed by the
+// quoted value it names.
+func cleanYAMLError(err error, data []byte) error {
+	var doc yaml.Node
+	_ = yaml.Unmarshal(data, &doc) // it decoded once already; a failure leaves no paths
+	paths := map[int]string{}      // line -> path of the key on it
+	var values []scalarAt
+	if len(doc.Content) > 0 {
+		walkPaths(doc.Content[0], "", paths, &values)
+	}
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return err
+		return placeByValue(err, values)
 	}
 	out := make([]string, 0, len(te.Errors))
 	for _, e := range te.Errors {
-		if i := strings.Index(e, ": field "); i >= 0 && strings.Contains(e, " not found in type ") {
-			name := e[i+len(": field "):]
-			name = name[:strings.Index(name, " not found in type ")]
-			e = e[:i] + ": unknown field \"" + name + "\""
-		}
-		out = append(out, e)
+		out = append(out, nameField(e, paths))
 	}
 	return errors.New(strings.Join(out, "\n"))
+}
+
+// scalarAt is a scalar value of the document and the path of its field.
+type scalarAt struct{ value, path string }
+
+// walkPaths records the path of every mapping key by its line, and every
+// scalar value with its path.
+func walkPaths(n *yaml.Node, path string, paths map[int]string, values *[]scalarAt) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if !simpleKey(p) {
+				p = strconv.Quote(p)
+			}
+			if path != "" {
+				p = path + "." + p
+			}
+			paths[k.Line] = p
+			walkPaths(v, p, paths, values)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if c.Kind == yaml.ScalarNode {
+				paths[c.Line] = p
+			}
+			walkPaths(c, p, paths, values)
+		}
+	case yaml.ScalarNode:
+		*values = append(*values, scalarAt{n.Value, path})
+	}
+}
+
+// simpleKey reports whether a key can stand in a path unquoted.
+func simpleKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// nameField rewrites one "line N: …" error of yaml.v3 as "PATH: … (line N)".
+func nameField(e string, paths map[int]string) string {
+	var line int
+	rest, ok := strings.CutPrefix(e, "line ")
+	if !ok {
+		return e
+	}
+	num, msg, ok := strings.Cut(rest, ": ")
+	if n, err := strconv.Atoi(num); ok && err == nil {
+		line = n
+	} else {
+		return e
+	}
+	if i := strings.Index(msg, "field "); i == 0 && strings.Contains(msg, " not found in type ") {
+		msg = "unknown field"
+	}
+	if strings.Contains(msg, "into time.Duration") {
+		msg += " (a duration needs a unit: 10s, 500ms, 2m)"
+	}
+	if p := paths[line]; p != "" {
+		return fmt.Sprintf("%s: %s (line %d)", p, msg, line)
+	}
+	return fmt.Sprintf("line %d: %s", line, msg)
+}
+
+// placeByValue prefixes err with the path of the one field whose value it
+// quotes, when there is exactly one.
+func placeByValue(err error, values []scalarAt) error {
+	msg := err.Error()
+	_, q, ok := strings.Cut(msg, `"`)
+	if !ok {
+		return err
+	}
+	v, _, ok := strings.Cut(q, `"`)
+	if !ok {
+		return err
+	}
+	path := ""
+	for _, s := range values {
+		if s.value == v {
+			if path != "" {
+				return err // more than one: do not guess
+			}
+			path = s.path
+		}
+	}
+	if path == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }

@@ -79,7 +79,7 @@ func startGateway(t *testing.T, mutate func(*Config), o Options) (string, *recor
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln, aln, 5*time.Second) }()
+	go func() { done <- srv.Serve(ctx, ln, aln, Shutdown{Drain: 5 * time.Second}) }()
 	t.Cleanup(func() {
 		// Idle keep-alive connections of the shared client would make
 		// Shutdown wait for them.
@@ -293,11 +293,24 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {
 		name, edit, want string
+		from, to         string // for the other cases: replace from with to
 	}{
-		{"typo", "  pro:\n    burts: 100\n", `unknown field "burts"`},
-		{"rate", "  pro:\n    burst: 100\n    rate: 0\n", "tiers.pro.rate: must be > 0"},
-		{"cost above burst", "", "routes[0].cost: 30 is above tiers.starter.burst (25)"},
-		{"upstream", "", "upstream: required"},
+		{name: "typo", edit: "  pro:\n    burts: 100\n", want: "tiers.pro.burts: unknown field (line "},
+		{name: "rate", edit: "  pro:\n    burst: 100\n    rate: 0\n", want: "tiers.pro.rate: must be > 0"},
+		{name: "cost above burst", want: "routes[0].cost: 30 is above tiers.starter.burst (25)"},
+		{name: "upstream", want: "upstream: required"},
+		// Issue 12: each of these was accepted before.
+		{name: "cost 0", from: "cost: 1\n", to: "cost: 0\n", want: "routes[0].cost: must be >= 1"},
+		{name: "trailing slash", from: "path: /api/v1/users/me\n", to: "path: /api/v1/users/me/\n", want: "routes[0].path: \"/api/v1/users/me/\" ends in '/'"},
+		{name: "empty segment", from: "path: /api/v1/users/me\n", to: "path: /api//users/me\n", want: "routes[0].path: \"/api//users/me\" has an empty segment"},
+		{name: "dot segment", from: "path: /api/v1/users/me\n", to: "path: /api/v1/../users/me\n", want: `routes[0].path: "/api/v1/../users/me" has a ".." segment`},
+		{name: "unmatched cost 0", from: "routes:\n", to: "unmatched: {cost: 0}\nroutes:\n", want: "unmatched.cost: must be >= 1"},
+		{name: "unmatched cost above burst", from: "routes:\n", to: "unmatched: {cost: 30}\nroutes:\n", want: "unmatched.cost: 30 is above tiers.starter.burst (25)"},
+		{name: "unknown field path", from: "    cost: 5\n", to: "    cost: 5\n    max_concurent: 3\n", want: "routes[1].max_concurent: unknown field (line "},
+		{name: "duration without unit", from: "upstream_timeout: 10s\n", to: "upstream_timeout: 10\n", want: "server.upstream_timeout: cannot unmarshal !!int `10` into time.Duration (a duration needs a unit"},
+		{name: "criticality typo", from: "criticality: sheddable\n", to: "criticality: shedable\n", want: `routes[2].criticality: shed: unknown criticality "shedable"`},
+		{name: "newline in a name", from: "  pro:\n", to: "  \"pr\\no\":\n", want: `tiers."pr\no": tier name must be`},
+		{name: "encoded_slashes", from: "routes:\n", to: "encoded_slashes: decode\nroutes:\n", want: `encoded_slashes: "decode" is not refuse or allow`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -309,12 +322,22 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 				doc = strings.Replace(doc, "cost: 1\n", "cost: 30\n", 1)
 			case "upstream":
 				doc = strings.Replace(doc, "upstream: http://127.0.0.1:8081\n", "", 1)
+			default:
+				if !strings.Contains(doc, tt.from) {
+					t.Fatalf("the demo config has no %q", tt.from)
+				}
+				doc = strings.Replace(doc, tt.from, tt.to, 1)
 			}
 			path := filepath.Join(dir, tt.name+".yaml")
 			os.WriteFile(path, []byte(doc), 0o600)
 			_, err := Load(path)
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), path+": ") {
 				t.Fatalf("Load = %v, want %q prefixed with the path", err, tt.want)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.HasPrefix(line, path+": ") {
+					t.Errorf("error line %q does not name the file (a name broke the line?)", line)
+				}
 			}
 		})
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -14,9 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/admission"
@@ -56,7 +53,7 @@ type Server struct {
 	log     *slog.Logger
 	gate    *admission.Gate
 	store   ratelimit.Store
-	edge    *echo.Echo
+	edge    http.Handler
 	admin   *http.ServeMux
 	cfg     atomic.Pointer[Config]
 	ready   atomic.Bool
@@ -136,7 +133,13 @@ func New(cfg Config, o Options) (*Server, error) {
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			// X-Forwarded-For/-Host/-Proto are set from what fairgate
+			// saw; a client's Forwarded and X-Real-IP would contradict
+			// them, and a client's W3C baggage is not ours to vouch for.
 			pr.SetXForwarded()
+			pr.Out.Header.Del("Forwarded")
+			pr.Out.Header.Del("X-Real-Ip")
+			pr.Out.Header.Del("Baggage")
 			// Set after hop-by-hop removal, so a client's
 			// "Connection: X-Tenant-Id" cannot make the proxy drop them.
 			if d, ok := admission.FromContext(pr.In.Context()); ok && d.Tenant != nil {
@@ -153,19 +156,17 @@ func New(cfg Config, o Options) (*Server, error) {
 			if d, ok := admission.FromContext(resp.Request.Context()); ok {
 				d.Lease().Answered()
 			}
+			renameUpstreamRateLimit(resp.Header)
 			return upstreamAnswered(resp)
 		},
 		ErrorHandler: s.proxyError,
 		ErrorLog:     slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.Use(echo.WrapMiddleware(s.hygiene))
-	e.Use(echo.WrapMiddleware(gate.ProxyMiddleware))
-	upstream := s.bufferRequests(s.startUpstream(tel.upstreamSpan(proxy)))
-	e.Any("/*", echo.WrapHandler(upstream))
-	e.Any("/", echo.WrapHandler(upstream))
-	s.edge = e
+	// A plain handler chain, not a router: every method a route may name
+	// (QUERY, PURGE, WebDAV's, "*") reaches the pipeline and then the
+	// upstream, and nothing answers for fairgate outside the contract.
+	upstream := s.startUpstream(tel.upstreamSpan(proxy))
+	s.edge = s.hygiene(gate.ProxyMiddleware(upstream))
 	s.admin = s.adminMux()
 	s.ready.Store(true)
 	return s, nil
@@ -196,10 +197,11 @@ func (s *Server) Reload(cfg Config) error {
 		return err
 	}
 	old := s.cfg.Swap(&cfg)
-	// max_body_bytes is read per request and applies at once; the rest of
-	// these are fixed when the server starts.
+	// max_body_bytes and write_idle_timeout are read per request and
+	// apply at once; the rest of these are fixed when the server starts.
 	oldSrv, newSrv := old.Server, cfg.Server
 	oldSrv.MaxBodyBytes, newSrv.MaxBodyBytes = 0, 0
+	oldSrv.WriteIdleTimeout, newSrv.WriteIdleTimeout = 0, 0
 	var later []string
 	for _, f := range []struct {
 		name    string
@@ -249,11 +251,13 @@ func (s *Server) hygiene(next http.Handler) http.Handler {
 	})
 }
 
-// hygieneInner enforces the body limit.
+// hygieneInner enforces the body limit and the write idle timeout.
 func (s *Server) hygieneInner(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(admission.HeaderRequestID)
-		max := s.cfg.Load().Server.MaxBodyBytes
+		srv := s.cfg.Load().Server
+		w = newProgressWriter(w, srv.WriteIdleTimeout)
+		max := srv.MaxBodyBytes
 		if r.ContentLength > max {
 			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 			return
@@ -280,6 +284,23 @@ func (s *Server) startUpstream(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// renameUpstreamRateLimit renames the upstream's own RateLimit* and
+// X-RateLimit-* response headers to Upstream-RateLimit*, so that the
+// client sees fairgate's RateLimit fields alone (not "RateLimit-Remaining:
+// 24, 999") and can still read the upstream's, under their own name.
+func renameUpstreamRateLimit(h http.Header) {
+	for k, v := range h {
+		if hasPrefixFold(k, "Ratelimit") || hasPrefixFold(k, "X-Ratelimit") {
+			delete(h, k)
+			h["Upstream-"+strings.TrimPrefix(http.CanonicalHeaderKey(k), "X-")] = v
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // proxyError maps an upstream failure to the client contract: 413 when the
@@ -310,77 +331,4 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.WarnContext(r.Context(), "upstream error", "request_id", id, "err", err)
 		admission.WriteReason(w, admission.ReasonUpstreamUnreachable, 0, id, "")
 	}
-}
-
-func (s *Server) adminMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !s.ready.Load() {
-			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.tel.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
-		st, ok := s.gate.TenantState(r.PathValue("id"))
-		if !ok {
-			http.Error(w, "unknown tenant\n", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
-	})
-	return mux
-}
-
-// SetReady sets what /readyz answers; shutdown clears it first.
-func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
-
-// HTTPServers returns the public and admin http.Servers, configured with
-// the edge's timeouts and limits, for the caller to serve on its listeners.
-func (s *Server) HTTPServers() (public, admin *http.Server) {
-	c := s.cfg.Load().Server
-	public = &http.Server{
-		Handler:           s.edge,
-		ReadHeaderTimeout: c.ReadHeaderTimeout,
-		ReadTimeout:       c.ReadTimeout,
-		IdleTimeout:       c.IdleTimeout,
-		MaxHeaderBytes:    c.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	admin = &http.Server{Handler: s.admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
-	return public, admin
-}
-
-// Serve serves the gateway on ln and the admin handler on adminLn until ctx
-// is done, then shuts down: /readyz fails first, then the listeners close
-// and in-flight requests get up to drain to finish.
-func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, drain time.Duration) error {
-	pub, adm := s.HTTPServers()
-	errc := make(chan error, 2)
-	go func() { errc <- pub.Serve(ln) }()
-	go func() { errc <- adm.Serve(adminLn) }()
-	select {
-	case err := <-errc:
-		pub.Close()
-		adm.Close()
-		return err
-	case <-ctx.Done():
-	}
-	s.SetReady(false)
-	s.gate.Drain() // queued requests get 503 now rather than a seat they would not finish in
-	sctx, cancel := context.WithTimeout(context.Background(), drain)
-	defer cancel()
-	err := pub.Shutdown(sctx)
-	adm.Shutdown(sctx) // after the public listener: /readyz answers "not ready" while it drains
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,15 +45,7 @@ func TestGracefulShutdown(t *testing.T) {
 		"enterprise": {Share: 100, QueueLength: 100, MaxWait: time.Minute},
 		"pro":        {Share: 1}, "starter": {Share: 1},
 	}}
-	srv, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	aln, _ := net.Listen("tcp", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln, aln, 10*time.Second) }()
+	srv, ln, aln, cancel, served := serveForShutdown(t, cfg, Shutdown{Drain: 10 * time.Second})
 
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 256}}
 	type result struct {
@@ -80,14 +73,7 @@ func TestGracefulShutdown(t *testing.T) {
 		return seen.Load() == 100 && st.PoolStats.Queued == 100
 	})
 	cancel()
-	waitFor(t, func() bool { // /readyz fails first, while in-flight requests drain
-		resp, err := http.Get("http://" + aln.Addr().String() + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 503
-	})
+	waitNotReady(t, aln) // /readyz fails first, while in-flight requests drain
 	counts := map[int]int{}
 	for range 100 { // the queued ones are answered before the seated ones finish
 		r := <-results
@@ -113,4 +99,68 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
+}
+
+// TestShutdownDelayKeepsServing (issue 12): SIGTERM closed the listener in
+// the same instant /readyz turned not-ready, so a load balancer still
+// routing to the instance found a closed port. For Shutdown.Delay the
+// instance is not ready but still serves new connections; then it drains.
+func TestShutdownDelayKeepsServing(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	cfg, err := Parse(examples.Demo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Upstream = up.URL
+	_, ln, aln, cancel, served := serveForShutdown(t, cfg, Shutdown{Delay: 2 * time.Second, Drain: time.Second})
+	cancel()
+	waitNotReady(t, aln)
+	// Not ready, and still serving a new connection.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/api/v1/users/me", nil)
+	req.Header.Set("Authorization", "Bearer demo-enterprise-key")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("a new connection during the shutdown delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("during the shutdown delay: %d, want 200", resp.StatusCode)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Fatal("still listening after the delay and the drain")
+	}
+}
+
+// serveForShutdown builds a server from cfg and serves it on fresh loopback
+// listeners until cancel is called.
+func serveForShutdown(t *testing.T, cfg Config, sh Shutdown) (srv *Server, ln, aln net.Listener, cancel func(), served chan error) {
+	t.Helper()
+	srv, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ = net.Listen("tcp", "127.0.0.1:0")
+	aln, _ = net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	served = make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, aln, sh) }()
+	return srv, ln, aln, cancel, served
+}
+
+// waitNotReady waits until the admin listener's /readyz answers 503.
+func waitNotReady(t *testing.T, aln net.Listener) {
+	t.Helper()
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + aln.Addr().String() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	})
 }

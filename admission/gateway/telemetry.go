@@ -346,11 +346,13 @@ func (t *telemetry) upstreamSpan(next http.Handler) http.Handler {
 // injectTrace replaces any client-sent trace headers on the upstream
 // request with the proxy.upstream span's.
 func (t *telemetry) injectTrace(out *http.Request) {
+	// A client never chooses the upstream's trace parent: with tracing
+	// on, the upstream gets the proxy.upstream span's; with it off, none.
+	out.Header.Del("Traceparent")
+	out.Header.Del("Tracestate")
 	if t.tracer == nil {
 		return
 	}
-	out.Header.Del("Traceparent")
-	out.Header.Del("Tracestate")
 	t.prop.Inject(out.Context(), propagation.HeaderCarrier(out.Header))
 }
 

@@ -45,7 +45,7 @@ type BackstopStore interface {
 // TakeBackstop implements BackstopStore. It never returns an error. All
 // tenants share one lock here, as they share one bucket.
 func (s *MemoryStore) TakeBackstop(_ context.Context, l BackstopLimit, r BackstopRequest) (BackstopResult, error) {
-	now := s.now().UnixNano()
+	now := s.Clock() // monotonic, as the buckets'
 	s.backstopMu.Lock()
 	defer s.backstopMu.Unlock()
 	return s.backstop.Take(now, l, r), nil

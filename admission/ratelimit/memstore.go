@@ -24,7 +24,8 @@ import (
 type MemoryStore struct {
 	seed   maphash.Seed
 	now    func() time.Time
-	sweep  int64 // sweep interval, ns
+	epoch  time.Time // the store's instant 0 (see Clock)
+	sweep  int64     // sweep interval, ns
 	shards []memShard
 
 	backstopMu sync.Mutex
@@ -100,7 +101,7 @@ func NewMemoryStore(o MemoryStoreOptions) *MemoryStore {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &MemoryStore{seed: maphash.MakeSeed(), now: o.Now, sweep: int64(o.SweepInterval), shards: make([]memShard, n)}
+	s := &MemoryStore{seed: maphash.MakeSeed(), now: o.Now, epoch: o.Now(), sweep: int64(o.SweepInterval), shards: make([]memShard, n)}
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[uint64]*memEntry)
 	}
@@ -109,10 +110,18 @@ func NewMemoryStore(o MemoryStoreOptions) *MemoryStore {
 
 // Take implements Store. It never returns an error.
 func (s *MemoryStore) Take(_ context.Context, k BucketKey, l Limit, cost float64) (Result, error) {
-	return s.TakeAt(s.now().UnixNano(), k, l, cost), nil
+	return s.TakeAt(s.Clock(), k, l, cost), nil
 }
 
-// TakeAt is Take at the instant now (Unix nanoseconds).
+// Clock returns the store's current instant: nanoseconds since the store
+// was made, measured as a difference of two readings of its clock. With
+// time.Now those carry the monotonic clock, so stepping the wall clock (NTP,
+// a VM resumed, an operator) neither refills buckets nor locks tenants out
+// for the size of the step; only Redis, where instances must agree, uses
+// wall time (its TIME).
+func (s *MemoryStore) Clock() int64 { return int64(s.now().Sub(s.epoch)) }
+
+// TakeAt is Take at the instant now on the store's clock (see Clock).
 //
 // Taking from a bucket that exists allocates nothing; a new bucket is one
 // small allocation.
@@ -139,7 +148,7 @@ func (s *MemoryStore) TakeAt(now int64, k BucketKey, l Limit, cost float64) Resu
 // Tokens returns the tokens bucket k holds now under l, for the admin view.
 // It changes nothing.
 func (s *MemoryStore) Tokens(k BucketKey, l Limit) float64 {
-	now := s.now().UnixNano()
+	now := s.Clock()
 	h := s.hash(k)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
@@ -149,6 +158,33 @@ func (s *MemoryStore) Tokens(k BucketKey, l Limit) float64 {
 		return l.Burst
 	}
 	return e.b.tokensAt(l, now)
+}
+
+// Relimit tells the store that the limits of its buckets may have changed
+// (a configuration reload): each bucket for which limitOf gives a limit is
+// kept until it is full under that limit, not the one it was last taken
+// under. Without it, a bucket emptied just before a reload that lowered the
+// rate would be forgotten at the old "full" instant and come back full:
+// a quota change would refill it. Buckets limitOf does not know keep their
+// instant. The tokens are unchanged.
+func (s *MemoryStore) Relimit(limitOf func(BucketKey) (Limit, bool)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.buckets {
+			relimitLocked(e, limitOf)
+		}
+		for _, e := range sh.overflow {
+			relimitLocked(e, limitOf)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func relimitLocked(e *memEntry, limitOf func(BucketKey) (Limit, bool)) {
+	if l, ok := limitOf(e.key); ok && l.Rate > 0 {
+		e.fullAt = e.b.fullAt(l)
+	}
 }
 
 // Len returns the number of buckets held, for tests and metrics.
@@ -163,7 +199,8 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
-// Sweep drops every bucket that is full at now (Unix ns) from all shards.
+// Sweep drops every bucket that is full at now (on the store's clock, see
+// Clock) from all shards.
 func (s *MemoryStore) Sweep(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -37,7 +37,7 @@ func TestMemoryStoreRefillAndForget(t *testing.T) {
 		t.Fatalf("Len = %d, want 2", got)
 	}
 	now.Add(int64(10 * time.Second))
-	s.Sweep(now.Load())
+	s.Sweep(s.Clock())
 	if got := s.Len(); got != 0 {
 		t.Fatalf("after refill and sweep Len = %d, want 0", got)
 	}

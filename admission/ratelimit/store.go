@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -39,7 +40,18 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
+	// StateUnknown is true when the store decided without reading the
+	// bucket (a failure policy that admits, a denial it remembered):
+	// Remaining and ResetAfter then say nothing about the bucket, and a
+	// client must not be told them.
+	StateUnknown bool
 }
+
+// ErrInvalidTake is wrapped by a store's error for a take whose limit or
+// cost is not a positive finite number. It is a bug or a config that
+// validation should have refused, never an outage of the store: the rate
+// layer answers it with a logged 500, not with the failure policy.
+var ErrInvalidTake = errors.New("ratelimit: invalid limit or cost")
 
 // Store keeps token buckets for the rate layer. The embedded MemoryStore and
 // the Redis store satisfy it.

@@ -136,7 +136,7 @@ func (s *Store) backstopFallback(l fairshare.BackstopLimit, r fairshare.Backstop
 	l.Rate, l.Burst = share.Rate, share.Burst
 	s.backstop.mu.Lock()
 	defer s.backstop.mu.Unlock()
-	return s.backstop.b.Take(now.UnixNano(), l, r), nil
+	return s.backstop.b.Take(s.local.Clock(), l, r), nil
 }
 
 // limitOf is l's bucket.

@@ -37,9 +37,7 @@ type denyKey struct {
 }
 
 type denyEntry struct {
-	until     int64 // Unix ns: denied before this instant
-	resetAt   int64 // Unix ns: the bucket is full again
-	remaining float64
+	until int64 // Unix ns: denied before this instant
 }
 
 func newDenyCache(size int) *denyCache {
@@ -73,11 +71,9 @@ func (c *denyCache) get(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, 
 	if !ok {
 		return ratelimit.Result{}, false
 	}
-	return ratelimit.Result{
-		Remaining:  e.remaining,
-		RetryAfter: time.Duration(e.until - t),
-		ResetAfter: time.Duration(max(0, e.resetAt-t)),
-	}, true
+	// The bucket was not read: other instances may have taken from it
+	// since, so only the wait is known (an upper bound on the refill).
+	return ratelimit.Result{RetryAfter: time.Duration(e.until - t), StateUnknown: true}, true
 }
 
 // put records the denial r of (k, cost) decided at now.
@@ -86,7 +82,7 @@ func (c *denyCache) put(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, 
 		return
 	}
 	t := now.UnixNano()
-	e := denyEntry{until: t + int64(r.RetryAfter), resetAt: t + int64(r.ResetAfter), remaining: r.Remaining}
+	e := denyEntry{until: t + int64(r.RetryAfter)}
 	sh := c.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 // FailurePolicy says what a decision is while Redis cannot answer (an error,
@@ -106,7 +108,8 @@ var (
 	// ErrInvalidTake is returned for a take whose limit or cost is not
 	// a positive finite number. Config validation makes it impossible; the
 	// Store checks anyway so a bug cannot write NaN into shared state.
-	ErrInvalidTake = errors.New("redisstore: invalid limit or cost")
+	// It wraps ratelimit.ErrInvalidTake.
+	ErrInvalidTake = fmt.Errorf("redisstore: %w", ratelimit.ErrInvalidTake)
 	// ErrClosed is returned by decisions made after Close.
 	ErrClosed = errors.New("redisstore: store closed")
 	// errBadReply is wrapped by reply decoding failures.

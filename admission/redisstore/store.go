@@ -320,11 +320,12 @@ func (s *Store) fallback(k ratelimit.BucketKey, l ratelimit.Limit, cost float64,
 	out := Outcome{Source: FromPolicy, Policy: p, Cause: cause}
 	switch p {
 	case FailOpen:
-		return ratelimit.Result{Allowed: true, Remaining: max(0, l.Burst-cost)}, out, nil
+		// Admitted without reading the bucket: its state is not known.
+		return ratelimit.Result{Allowed: true, StateUnknown: true}, out, nil
 	case FailClosed:
 		return ratelimit.Result{}, out, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
 	default:
-		return s.local.TakeAt(now.UnixNano(), k, localShare(l, cost, s.cfg.Instances), cost), out, nil
+		return s.local.TakeAt(s.local.Clock(), k, localShare(l, cost, s.cfg.Instances), cost), out, nil
 	}
 }
 

@@ -436,8 +436,8 @@ func TestFailOpenAndClosed(t *testing.T) {
 			if out.Source != FromPolicy || out.Policy != p {
 				t.Fatalf("%v take %d: outcome %+v", p, i, out)
 			}
-			if p == FailOpen && (err != nil || !r.Allowed) {
-				t.Errorf("fail_open: %+v, %v; want allowed", r, err)
+			if p == FailOpen && (err != nil || !r.Allowed || !r.StateUnknown || r.Remaining != 0) {
+				t.Errorf("fail_open: %+v, %v; want allowed, the bucket state unknown", r, err)
 			}
 			if p == FailClosed && !errors.Is(err, ErrUnavailable) {
 				t.Errorf("fail_closed: err %v, want ErrUnavailable", err)

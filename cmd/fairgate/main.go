@@ -110,9 +110,11 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	drain := fs.Duration("drain", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
+	delay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, how long to keep serving after /readyz turns not-ready, before draining (load balancers still route meanwhile)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -142,7 +144,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	go watcher.Run(ctx)
-	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, *drain)
+	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, gateway.Shutdown{Delay: *delay, Drain: *drain})
 }
 
 // startTracing builds the tracer provider from the config's tracing section
@@ -181,7 +183,7 @@ func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config) (*gate
 	}, nil
 }
 
-func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, addr, adminAddr string, drain time.Duration) error {
+func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, addr, adminAddr string, sh gateway.Shutdown) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -192,11 +194,12 @@ func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, 
 		return err
 	}
 	log.Info("fairgate listening", "addr", ln.Addr().String(), "admin", aln.Addr().String())
-	return srv.Serve(ctx, ln, aln, drain)
+	return srv.Serve(ctx, ln, aln, sh)
 }
 
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway address")
 	admin := fs.String("admin-listen", "127.0.0.1:9090", "admin address (health, metrics)")
 	upAddr := fs.String("upstream-listen", "127.0.0.1:8081", "demo API address")
@@ -247,11 +250,12 @@ Try:
 
 Ctrl-C stops it.
 `, *listen, *admin, uln.Addr(), store)
-	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, 5*time.Second)
+	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, gateway.Shutdown{Drain: 5 * time.Second})
 }
 
-func demoUpstream(ctx context.Context, args []string, stdout, _ io.Writer) error {
+func demoUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo-upstream", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8081", "address")
 	conns := fs.Int("connections", 16, "simulated database connections")
 	if err := fs.Parse(args); err != nil {

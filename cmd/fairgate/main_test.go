@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -68,5 +69,41 @@ func TestBenchRedisModeNeedsRedis(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("%s was written", dir)
+	}
+}
+
+// TestReadmeListsEveryFlag (issue 12): the README's Commands table lacked
+// --upstream-listen, --log-level, --redis, --seed, --quiet and make build.
+// Each command's flags, as its -h prints them, appear in its row.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	rows := map[string]string{}
+	for _, line := range strings.Split(readme, "\n") {
+		for _, cmd := range []string{"serve", "demo", "demo-upstream", "bench"} {
+			if strings.HasPrefix(line, "| `fairgate "+cmd+" ") || strings.HasPrefix(line, "| `fairgate "+cmd+"`") {
+				rows[cmd] = line
+			}
+		}
+	}
+	flagName := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	for _, cmd := range []string{"serve", "demo", "demo-upstream", "bench"} {
+		var out, errb bytes.Buffer
+		run([]string{cmd, "-h"}, nil, &out, &errb)
+		names := flagName.FindAllStringSubmatch(errb.String(), -1)
+		if len(names) == 0 {
+			t.Fatalf("%s -h printed no flags: %q", cmd, errb.String())
+		}
+		for _, n := range names {
+			if !strings.Contains(rows[cmd], "--"+n[1]+" ") && !strings.Contains(rows[cmd], "--"+n[1]+"]") {
+				t.Errorf("README's row for %s lacks --%s: %q", cmd, n[1], rows[cmd])
+			}
+		}
+	}
+	if !strings.Contains(readme, "make build") {
+		t.Error("README does not mention make build")
 	}
 }

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// adminMux is the admin listener's handler: health, readiness, metrics and
+// the tenant state for support.
+func (s *Server) adminMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.tel.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
+		st, ok := s.gate.TenantState(r.PathValue("id"))
+		if !ok {
+			http.Error(w, "unknown tenant\n", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	})
+	return mux
+}
+
+// SetReady sets what /readyz answers; shutdown clears it first.
+func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
+
+// HTTPServers returns the public and admin http.Servers, configured with
+// the edge's timeouts and limits, for the caller to serve on its listeners.
+func (s *Server) HTTPServers() (public, admin *http.Server) {
+	c := s.cfg.Load().Server
+	public = &http.Server{
+		Handler:           s.edge,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    c.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	admin = &http.Server{Handler: s.admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
+	return public, admin
+}
+
+// Shutdown is how Serve stops once its context is done.
+type Shutdown struct {
+	// Delay is how long the gateway keeps accepting and serving new
+	// requests after /readyz has turned not-ready, so that a load balancer
+	// that still routes to it (it polls readiness, and endpoint changes
+	// take time to spread) finds it listening. Zero means no delay.
+	Delay time.Duration
+	// Drain is how long requests in flight may take to finish once the
+	// listener has closed; queued requests get 503 draining at once.
+	Drain time.Duration
+}
+
+// Serve serves the gateway on ln and the admin handler on adminLn until ctx
+// is done, then shuts down: /readyz fails first; new requests are still
+// served for sh.Delay; then the listener closes, queued requests get 503
+// and those in flight get up to sh.Drain to finish.
+func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdown) error {
+	pub, adm := s.HTTPServers()
+	errc := make(chan error, 2)
+	go func() { errc <- pub.Serve(ln) }()
+	go func() { errc <- adm.Serve(adminLn) }()
+	select {
+	case err := <-errc:
+		pub.Close()
+		adm.Close()
+		return err
+	case <-ctx.Done():
+	}
+	s.SetReady(false)
+	if sh.Delay > 0 {
+		s.log.Info("not ready; still serving before draining", "delay", sh.Delay)
+		t := time.NewTimer(sh.Delay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			pub.Close()
+			adm.Close()
+			return err
+		}
+	}
+	s.gate.Drain() // queued requests get 503 now rather than a seat they would not finish in
+	sctx, cancel := context.WithTimeout(context.Background(), sh.Drain)
+	defer cancel()
+	err := pub.Shutdown(sctx)
+	adm.Shutdown(sctx) // after the public listener: /readyz answers "not ready" while it drains
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
