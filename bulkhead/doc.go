@@ -15,6 +15,24 @@
 // request ends. Caps are per process: with several instances the admission
 // layer divides a tenant's cap among them.
 //
+// With pools, a tenant's cap is kept by the pools themselves
+// ([Request].Cap): it counts the tenant's requests holding seats in any
+// pool, never those waiting in a queue (as APF counts seats), and the queue
+// skips a flow whose tenant is at its cap without taking its place or its
+// credit ([FairQueue.PopFunc]), serving other flows meanwhile.
+//
+// # Fair shares
+//
+// Each pool keeps every tenant's use of it: its requests holding or queued
+// for the pool's seats, averaged over about [UsageWindow]. The pool's seats
+// are divided among the tenants using it by weighted max-min fair share
+// (internal/fairshare): [Pools.Share] tells a tenant within its share from
+// one above it, so that the shedder in front of the pool sheds only the
+// latter. When a seat frees, a queued request of a tenant within its share
+// goes first, and a full queue makes room for one by pushing out the newest
+// request of a longest flow whose tenant is above its share: the waiting
+// falls on the tenants whose traffic builds the queue.
+//
 // # Pools
 //
 // Like Kubernetes API Priority and Fairness, each pool's nominal seats are

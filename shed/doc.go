@@ -7,6 +7,9 @@
 // important work before it queues), then acquires a [Permit] from the
 // [Limiter], feeds both back (Permit.Record or Permit.Drop, Shedder.Observe),
 // and resizes the bulkhead pools from the Limiter's OnLimitChange hook.
+// Requests of tenants within their fair share of the pool are counted but
+// never shed ([Shedder.AdmitExempt]); when the upstream is the bottleneck,
+// [FloorFor] gives the priority below which every pool sheds together.
 //
 // # Adaptive limit
 //
