@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -49,6 +48,10 @@ type Options struct {
 	// server registers its metrics on it. Nil means a new registry (never
 	// the global one).
 	Metrics *prometheus.Registry
+	// Traces keeps the rejected traces the console shows as span trees;
+	// give the same ring to NewTracerProvider (or
+	// NewConsoleTracerProvider). Nil means the console has none.
+	Traces *TraceRing
 }
 
 // Server is the gateway: edge, admission pipeline and reverse proxy.
@@ -63,6 +66,7 @@ type Server struct {
 	started time.Time
 	closers []func() error
 	tel     *telemetry
+	traces  *TraceRing // nil: none
 }
 
 // Close releases what New opened (the Redis store and client). Call it
@@ -131,7 +135,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			ExpectContinueTimeout: time.Second,
 		}
 	}
-	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers, tel: tel}
+	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers, tel: tel, traces: o.Traces}
 	s.cfg.Store(&cfg)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -325,17 +329,7 @@ func (s *Server) adminMux() *http.ServeMux {
 		w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.tel.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
-		st, ok := s.gate.TenantState(r.PathValue("id"))
-		if !ok {
-			http.Error(w, "unknown tenant\n", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
-	})
+	s.consoleRoutes(mux)
 	return mux
 }
 
@@ -374,7 +368,10 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, drain time
 	case <-ctx.Done():
 	}
 	s.SetReady(false)
+	inFlight, queued := s.load()
 	s.gate.Drain() // queued requests get 503 now rather than a seat they would not finish in
+	s.log.Info("shutting down: draining", "in_flight", inFlight, "queued_rejected", queued, "drain_timeout", drain.String())
+	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	err := pub.Shutdown(sctx)
@@ -382,5 +379,20 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, drain time
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	left, _ := s.load()
+	s.log.Info("shut down", "took", time.Since(start).Round(time.Millisecond).String(),
+		"finished", inFlight-min(left, inFlight), "cut_off", left, "clean", err == nil)
 	return err
+}
+
+// load returns the requests executing upstream and waiting in the pools'
+// queues, for the shutdown log.
+func (s *Server) load() (inFlight, queued int) {
+	for _, t := range s.gate.TenantStates() {
+		inFlight += t.InFlight
+	}
+	for _, p := range s.gate.PoolsState().Pools {
+		queued += p.Queued
+	}
+	return inFlight, queued
 }
