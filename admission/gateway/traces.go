@@ -26,17 +26,22 @@ const DefaultTracesKept = 300
 // spans until its root ends and passes on every rejected trace), beside
 // the exporter. See NewTracerProvider and NewConsoleTracerProvider.
 //
+// When full, it forgets the oldest trace of the tenant that has the most:
+// a tenant's flood of rejections does not push out the few traces of the
+// tenant who asks why it was rejected.
+//
 // It costs nothing for a request whose trace the tail sampler drops; a
 // trace it passes on for the admitted ratio is held until its root ends and
 // then forgotten. Safe for concurrent use.
 type TraceRing struct {
 	max int
 
-	mu      sync.Mutex
-	pending map[trace.TraceID][]sdktrace.ReadOnlySpan // children waiting for their root
-	ring    []*Trace                                  // oldest first, up to max
-	byTrace map[trace.TraceID]*Trace
-	byReq   map[string]*Trace
+	mu       sync.Mutex
+	pending  map[trace.TraceID][]sdktrace.ReadOnlySpan // children waiting for their root
+	byTenant map[string][]*Trace                       // each tenant's, oldest first
+	n        int                                       // traces kept, up to max
+	byTrace  map[trace.TraceID]*Trace
+	byReq    map[string]*Trace
 }
 
 // maxPendingTraces bounds the traces whose children wait for their root; a
@@ -52,7 +57,7 @@ func NewTraceRing(n int) *TraceRing {
 	if n <= 0 {
 		n = DefaultTracesKept
 	}
-	return &TraceRing{max: n, pending: map[trace.TraceID][]sdktrace.ReadOnlySpan{},
+	return &TraceRing{max: n, pending: map[trace.TraceID][]sdktrace.ReadOnlySpan{}, byTenant: map[string][]*Trace{},
 		byTrace: map[trace.TraceID]*Trace{}, byReq: map[string]*Trace{}}
 }
 
@@ -113,20 +118,43 @@ func (r *TraceRing) OnEnd(s sdktrace.ReadOnlySpan) {
 }
 
 func (r *TraceRing) addLocked(t *Trace) {
-	if len(r.ring) >= r.max {
-		old := r.ring[0]
-		r.ring = r.ring[1:]
-		if r.byTrace[hexTraceID(old.TraceID)] == old {
-			delete(r.byTrace, hexTraceID(old.TraceID))
-		}
-		if r.byReq[old.RequestID] == old {
-			delete(r.byReq, old.RequestID)
-		}
+	if r.n >= r.max {
+		r.evictLocked()
 	}
-	r.ring = append(r.ring, t)
+	r.byTenant[t.Tenant] = append(r.byTenant[t.Tenant], t)
+	r.n++
 	r.byTrace[hexTraceID(t.TraceID)] = t
 	if t.RequestID != "" {
 		r.byReq[t.RequestID] = t
+	}
+}
+
+// evictLocked forgets the oldest trace of the tenant with the most traces
+// (tenants are few: configured ones, and "" for requests without a key).
+func (r *TraceRing) evictLocked() {
+	most := ""
+	for id, ts := range r.byTenant {
+		if len(ts) > len(r.byTenant[most]) || len(ts) == len(r.byTenant[most]) && id < most {
+			most = id
+		}
+	}
+	ts := r.byTenant[most]
+	if len(ts) == 0 {
+		return
+	}
+	old := ts[0]
+	ts[0] = nil
+	if ts = ts[1:]; len(ts) == 0 {
+		delete(r.byTenant, most)
+	} else {
+		r.byTenant[most] = ts
+	}
+	r.n--
+	if r.byTrace[hexTraceID(old.TraceID)] == old {
+		delete(r.byTrace, hexTraceID(old.TraceID))
+	}
+	if r.byReq[old.RequestID] == old {
+		delete(r.byReq, old.RequestID)
 	}
 }
 
@@ -153,7 +181,7 @@ func (r *TraceRing) Find(id string) (*Trace, bool) {
 func (r *TraceRing) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.ring)
+	return r.n
 }
 
 // Shutdown forgets what waits for a root.

@@ -159,7 +159,8 @@ async function showTrace(id) {
   for (const s of t.spans) (kids[s.parent_id || ""] = kids[s.parent_id || ""] || []).push(s);
   const ids = new Set(t.spans.map(s => s.span_id));
   const draw = s => {
-    const attrs = Object.entries(s.attributes).sort().map(([k, v]) => el("span", {}, el("b", { text: k + "=" }), String(v)));
+    const attrs = Object.entries(s.attributes).sort().map(([k, v]) =>
+      el("span", {}, el("b", { text: k + "=" }), typeof v === "number" && !Number.isInteger(v) ? fmt(v, 3) : String(v)));
     return el("div", { class: "span" + (s.said_no ? " no" : ""), "data-span": s.name },
       el("div", {}, el("span", { class: "name", text: s.name }), el("span", { class: "dur", text: "+" + fmt(s.start_ms, 2) + " ms, " + fmt(s.duration_ms, 2) + " ms" }),
         s.said_no ? el("span", { class: "said", text: "said no" }) : null, s.error ? el("span", { class: "err", text: s.error }) : null),
