@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -16,7 +17,7 @@ import (
 // TestGracefulShutdown: 200 requests in flight or queued when shutdown
 // begins. The 100 holding seats finish with 200; the 100 queued get 503
 // with Retry-After at once; no client sees a connection error; Serve
-// returns nil.
+// returns nil; the log says what was drained.
 func TestGracefulShutdown(t *testing.T) {
 	cfg, err := Parse(examples.Demo)
 	if err != nil {
@@ -44,7 +45,8 @@ func TestGracefulShutdown(t *testing.T) {
 		"enterprise": {Share: 100, QueueLength: 100, MaxWait: time.Minute},
 		"pro":        {Share: 1}, "starter": {Share: 1},
 	}}
-	srv, err := New(cfg, Options{})
+	var logs lockedBuffer
+	srv, err := New(cfg, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,5 +114,20 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
+	}
+	want := map[string]map[string]float64{
+		"shutting down: draining": {"in_flight": 100, "queued_rejected": 100},
+		"shut down":               {"finished": 100, "cut_off": 0},
+	}
+	for _, rec := range logs.records(t) {
+		for k, v := range want[rec["msg"].(string)] {
+			if rec[k] != v {
+				t.Errorf("log %q: %s = %v, want %v", rec["msg"], k, rec[k], v)
+			}
+		}
+		delete(want, rec["msg"].(string))
+	}
+	for msg := range want {
+		t.Errorf("no log line %q", msg)
 	}
 }
