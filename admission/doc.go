@@ -32,8 +32,16 @@
 // and Gate.Echo the same for Echo. hygiene.go strips the headers a client
 // must not set; contract.go writes rejections as the client contract says;
 // ratelimitheaders.go encodes the RateLimit header fields. Reload
-// (reload.go) swaps the configuration while requests are decided;
-// TenantState (admin.go) is the admin view of one tenant.
+// (reload.go) swaps the configuration while requests are decided.
+//
+// # The admin views
+//
+// admin.go builds the JSON the admin listener serves and the console draws
+// (TenantState, PoolsState), on request, from state the layers keep anyway.
+// window.go keeps what they do not: each tenant's rejections by layer and
+// each pool's queue waits over the last minute, in one-second slots of
+// atomic counters (no lock on the request path). recent.go keeps the latest
+// rejections, only while someone watches the console.
 //
 // Tracing and metrics (telemetry.go) follow the observability contract in
 // DESIGN.md.
