@@ -29,8 +29,10 @@ type RecentRejection struct {
 	Layer   string `json:"layer"`
 	Reason  string `json:"reason"`
 	Status  int    `json:"status"`
-	// RetryAfterS is the Retry-After the client was given, in seconds.
-	RetryAfterS int64 `json:"retry_after_s"`
+	// RetryAfterMs is the layer's estimate of when a retry may succeed, in
+	// milliseconds; the client's Retry-After is it in whole seconds,
+	// rounded up, at least 1.
+	RetryAfterMs float64 `json:"retry_after_ms"`
 }
 
 // recentRejections is a ring of the last rejections. It records only while
@@ -91,7 +93,7 @@ func (g *Gate) record(ctx context.Context, d *Decision, reqID string) {
 		return
 	}
 	e := RecentRejection{Time: now, RequestID: reqID, Tenant: tenantID, Layer: d.Layer.String(), Reason: d.Reason.String(),
-		Status: d.Status, RetryAfterS: ceilSeconds(d.RetryAfter, 1)}
+		Status: d.Status, RetryAfterMs: millis(d.RetryAfter)}
 	if d.Tenant != nil {
 		e.Tier = d.Tenant.Tier
 	}

@@ -124,7 +124,7 @@ function drawRejections() {
       el("td", { class: "mono", text: r.route || "" }),
       el("td", {}, el("span", { class: "tag " + r.layer, text: r.layer })),
       el("td", { text: r.reason }),
-      el("td", { text: r.status + (r.retry_after_s ? " · retry " + r.retry_after_s + "s" : "") }),
+      el("td", { text: r.status + (r.status !== 401 ? " · Retry-After " + Math.max(1, Math.ceil(r.retry_after_ms / 1000)) : "") }),
       el("td", {}, r.request_id ? idButton(r.request_id, "show the span tree") : "–"),
       el("td", {}, trace));
   }));
