@@ -139,14 +139,26 @@ func (g *Gate) TenantStates() []TenantState {
 	return out
 }
 
+// UnauthenticatedRejections returns the rejections of requests without a
+// valid key (missing or unknown keys, key guessing) over the last minute on
+// this instance, by layer, as TenantState.RejectionsLastMinute.
+func (g *Gate) UnauthenticatedRejections() map[string]int64 {
+	return rejectionsByLayer(g.rejections.sums("", g.now()))
+}
+
+// rejectionsByLayer names the pipeline layers' counts.
+func rejectionsByLayer(sums [counterKinds]int64) map[string]int64 {
+	m := make(map[string]int64, int(LayerAdaptive))
+	for l := LayerIdentify; l <= LayerAdaptive; l++ {
+		m[l.String()] = sums[l]
+	}
+	return m
+}
+
 func (g *Gate) tenantState(t *tenant.Tenant, now time.Time) TenantState {
 	st := TenantState{ID: t.ID, Tier: t.Tier, Rate: round3(t.Rate), Burst: round3(t.Burst),
 		MaxConcurrent: t.CapFor(false, g.instances), InFlight: g.caps.InFlight(t.ID),
-		RejectionsLastMinute: map[string]int64{}}
-	sums := g.rejections.sums(t.ID, now)
-	for l := LayerIdentify; l <= LayerAdaptive; l++ {
-		st.RejectionsLastMinute[l.String()] = sums[l]
-	}
+		RejectionsLastMinute: rejectionsByLayer(g.rejections.sums(t.ID, now))}
 	if g.pools != nil {
 		st.InFlight = g.pools.Executing(t.ID)
 		if ps, ok := g.poolState(t.Pool, now); ok {

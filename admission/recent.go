@@ -84,11 +84,11 @@ func (g *Gate) record(ctx context.Context, d *Decision, reqID string) {
 		return
 	}
 	now := g.now()
-	tenantID := ""
+	tenantID := "" // requests without a valid key count under ""
 	if d.Tenant != nil {
 		tenantID = d.Tenant.ID
-		g.rejections.get(tenantID).add(now, int(d.Layer), 1)
 	}
+	g.rejections.get(tenantID).add(now, int(d.Layer), 1)
 	if now.UnixNano() >= g.watchedUntil.Load() {
 		return
 	}

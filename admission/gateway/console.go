@@ -15,7 +15,8 @@ import (
 //
 // The JSON API (documented in the README's "Console" section):
 //
-//	GET /admin/tenants        every tenant's state (admission.TenantState)
+//	GET /admin/tenants        every tenant's state (admission.TenantState), and
+//	                          the rejections of requests without a valid key
 //	GET /admin/tenants/{id}   one tenant's
 //	GET /admin/pools          the pools, the adaptive limit, the shed thresholds
 //	GET /admin/rejections     the latest rejections, newest first (?limit=N, at most 200)
@@ -48,7 +49,8 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 		writeJSON(w, consoleInfo{JaegerUIURL: s.cfg.Load().Admin.JaegerUIURL, Traces: s.traces != nil, Started: s.started})
 	})
 	mux.HandleFunc("GET /admin/tenants", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"tenants": s.gate.TenantStates()})
+		writeJSON(w, map[string]any{"tenants": s.gate.TenantStates(),
+			"unauthenticated_rejections_last_minute": s.gate.UnauthenticatedRejections()})
 	})
 	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
 		st, ok := s.gate.TenantState(r.PathValue("id"))

@@ -31,6 +31,7 @@ func TestConsoleAPI(t *testing.T) {
 	defer admin.Close()
 
 	getJSON(t, admin.URL+"/admin/rejections") // someone watches from now on
+	do(t, "GET", base+"/api/v1/users/me", "not-a-key", nil) // 401
 	var rejected response
 	for range 10 { // the starter's burst is 25 tokens, a search costs 5
 		if r := do(t, "GET", base+"/api/v1/search", "demo-starter-key", nil); r.status == 429 {
@@ -42,7 +43,11 @@ func TestConsoleAPI(t *testing.T) {
 	}
 	reqID := rejected.header.Get("X-Request-Id")
 
-	tenants := getJSON(t, admin.URL+"/admin/tenants")["tenants"].([]any)
+	all := getJSON(t, admin.URL+"/admin/tenants")
+	if un := all["unauthenticated_rejections_last_minute"].(map[string]any); un["identify"] != 1.0 {
+		t.Errorf("unauthenticated rejections = %v, want identify 1", un)
+	}
+	tenants := all["tenants"].([]any)
 	if len(tenants) != 3 {
 		t.Fatalf("%d tenants, want 3", len(tenants))
 	}

@@ -3,7 +3,7 @@
 "use strict";
 
 const LAYERS = ["identify", "rate", "concurrency", "shed", "bulkhead", "adaptive"];
-const state = { info: null, tenants: [], pools: null, rejections: [] };
+const state = { info: null, tenants: [], unauthenticated: {}, pools: null, rejections: [] };
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -76,6 +76,14 @@ function drawTenants() {
       el("td", {}, use),
       el("td", {}, el("div", { class: "layers" }, ...chips)));
   }));
+}
+
+function drawUnauthenticated() {
+  const n = LAYERS.reduce((sum, l) => sum + (state.unauthenticated[l] || 0), 0);
+  const p = document.getElementById("unauthenticated");
+  p.textContent = "Requests without a valid key rejected in the last minute: " + n +
+    (n ? " (" + LAYERS.filter(l => state.unauthenticated[l]).map(l => l + " " + state.unauthenticated[l]).join(", ") + ")" : "");
+  p.dataset.count = n;
 }
 
 function drawPools() {
@@ -181,9 +189,11 @@ async function poll() {
   try {
     const [tenants, pools, rejections] = await Promise.all([getJSON("admin/tenants"), getJSON("admin/pools"), getJSON("admin/rejections?limit=50")]);
     state.tenants = tenants.tenants || [];
+    state.unauthenticated = tenants.unauthenticated_rejections_last_minute || {};
     state.pools = pools;
     state.rejections = rejections.rejections || [];
     drawTenants();
+    drawUnauthenticated();
     drawPools();
     drawRejections();
     status.dataset.state = "ok";
