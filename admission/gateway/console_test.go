@@ -30,7 +30,7 @@ func TestConsoleAPI(t *testing.T) {
 	admin := httptest.NewServer(srv.AdminHandler())
 	defer admin.Close()
 
-	getJSON(t, admin.URL+"/admin/rejections") // someone watches from now on
+	getJSON(t, admin.URL+"/admin/rejections")               // someone watches from now on
 	do(t, "GET", base+"/api/v1/users/me", "not-a-key", nil) // 401
 	var rejected response
 	for range 10 { // the starter's burst is 25 tokens, a search costs 5
