@@ -186,6 +186,12 @@ async function showTrace(id) {
 
 async function poll() {
   const status = document.getElementById("status");
+  if (document.hidden) { // a tab in the background asks for nothing
+    status.dataset.state = "loading";
+    status.textContent = "paused while hidden";
+    setTimeout(poll, 1000);
+    return;
+  }
   try {
     const [tenants, pools, rejections] = await Promise.all([getJSON("admin/tenants"), getJSON("admin/pools"), getJSON("admin/rejections?limit=50")]);
     state.tenants = tenants.tenants || [];
