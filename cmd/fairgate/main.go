@@ -129,7 +129,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, stop, err := newServer(ctx, log, cfg, false)
+	srv, stop, err := newServer(ctx, log, cfg, serverOptions{})
 	if err != nil {
 		return err
 	}
@@ -149,17 +149,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 // startTracing builds the tracer provider from the config's tracing section
 // and the OTEL_* environment, keeping rejected traces in ring for the
-// console too; nil when tracing is off, unless consoleOnly asks for a
-// provider that only feeds ring (the demo). what says where traces go, for
-// the startup log. stop flushes the spans still buffered (with its own
+// console too; nil when tracing is off, unless o.consoleTraces asks for a
+// provider that only feeds ring. what says where traces go, for the
+// startup log. stop flushes the spans still buffered (with its own
 // deadline: ctx is done by then).
-func startTracing(ctx context.Context, log *slog.Logger, cfg *gateway.TracingConfig, ring *gateway.TraceRing, consoleOnly bool) (tp trace.TracerProvider, what string, stop func(), err error) {
+func startTracing(ctx context.Context, log *slog.Logger, cfg *gateway.TracingConfig, ring *gateway.TraceRing, o serverOptions) (tp trace.TracerProvider, what string, stop func(), err error) {
 	sdk, err := gateway.NewTracerProvider(ctx, cfg, os.Getenv, ring)
 	if err != nil {
 		return nil, "", func() {}, err
 	}
 	if sdk == nil {
-		if !consoleOnly {
+		if !o.consoleTraces {
 			return nil, "off", func() {}, nil
 		}
 		sdk, what = gateway.NewConsoleTracerProvider(ring), "console only (no OTLP endpoint)"
@@ -188,21 +188,28 @@ func tracingEndpoint(cfg *gateway.TracingConfig) string {
 	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 }
 
+// serverOptions are what serve and demo set differently.
+type serverOptions struct {
+	// consoleTraces keeps rejected traces for the console even without an
+	// OTLP endpoint (every request's spans are recorded: the demo's
+	// choice, not production's).
+	consoleTraces bool
+}
+
 // newServer starts tracing as cfg (or the OTEL_* environment) says and
 // builds the gateway; stop closes the gateway's store and flushes spans.
-// demo keeps rejected traces for the console even without an OTLP
-// endpoint. It logs what is on.
-func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, demo bool) (*gateway.Server, func(), error) {
+// It logs what is on.
+func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, o serverOptions) (*gateway.Server, func(), error) {
 	ring := gateway.NewTraceRing(0)
-	tp, tracing, stopTracing, err := startTracing(ctx, log, cfg.Tracing, ring, demo)
+	tp, tracing, stopTracing, err := startTracing(ctx, log, cfg.Tracing, ring, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	o := gateway.Options{Logger: log, TracerProvider: tp}
+	opts := gateway.Options{Logger: log, TracerProvider: tp}
 	if tp != nil {
-		o.Traces = ring
+		opts.Traces = ring
 	}
-	srv, err := gateway.New(cfg, o)
+	srv, err := gateway.New(cfg, opts)
 	if err != nil {
 		stopTracing()
 		return nil, nil, err
@@ -266,7 +273,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer up.Close()
 	cfg.Upstream = "http://" + uln.Addr().String()
 	cfg.Listen, cfg.AdminListen = *listen, *admin
-	srv, stop, err := newServer(ctx, log, cfg, true)
+	srv, stop, err := newServer(ctx, log, cfg, serverOptions{consoleTraces: true})
 	if err != nil {
 		return err
 	}
