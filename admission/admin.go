@@ -131,8 +131,9 @@ func (g *Gate) TenantState(id string) (TenantState, bool) {
 func (g *Gate) TenantStates() []TenantState {
 	reg := g.cfg.Load().reg
 	now := g.now()
-	var out []TenantState
-	for _, t := range reg.Tenants() {
+	ts := reg.Tenants()
+	out := make([]TenantState, 0, len(ts))
+	for _, t := range ts {
 		out = append(out, g.tenantState(t, now))
 	}
 	slices.SortFunc(out, func(a, b TenantState) int { return strings.Compare(a.ID, b.ID) })
