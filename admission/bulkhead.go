@@ -39,6 +39,10 @@ func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) erro
 	switch {
 	case err == nil:
 		d.lease.seat = seat
+		w := g.waits.get(pool)
+		now := g.now()
+		w.add(now, waitSumNanos, int64(seat.Waited()))
+		w.add(now, waitCount, 1)
 		if g.metrics != nil {
 			g.metrics.queueWait.WithLabelValues(pool).Observe(seat.Waited().Seconds())
 		}

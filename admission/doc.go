@@ -44,6 +44,15 @@
 // requests are decided; TenantState (admin.go) is the admin view of one
 // tenant.
 //
+// # The admin views
+//
+// admin.go builds the JSON the admin listener serves and the console draws
+// (TenantState, PoolsState), on request, from state the layers keep anyway.
+// window.go keeps what they do not: each tenant's rejections by layer and
+// each pool's queue waits over the last minute, in one-second slots of
+// atomic counters (no lock on the request path). recent.go keeps the latest
+// rejections, only while someone watches the console.
+//
 // Tracing and metrics (telemetry.go) follow the observability contract in
 // DESIGN.md.
 package admission

@@ -76,6 +76,14 @@ type Gate struct {
 	noFloor  bool
 	reloadMu sync.Mutex
 	layerCfg layerConfig // what built the layers; guarded by reloadMu
+
+	// What the console shows (admin.go): each tenant's rejections by
+	// layer and each pool's waits over the last minute, and the recent
+	// rejections while someone watches (watchedUntil, Unix ns).
+	rejections   counterSet
+	waits        counterSet
+	recent       recentRejections
+	watchedUntil atomic.Int64
 }
 
 // New builds a Gate. It checks cfg against the tenants' tiers and returns an
@@ -172,8 +180,8 @@ type Request struct {
 // request is done.
 func (g *Gate) Check(ctx context.Context, req Request) (Decision, error) {
 	d, err := g.check(ctx, req)
-	if g.metrics != nil && err == nil {
-		g.metrics.count(&d)
+	if err == nil {
+		g.record(ctx, &d, "")
 	}
 	return d, err
 }

@@ -66,9 +66,7 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		if d.Allowed && call == upstreamIsNext && !lease.StartUpstream(ctx) {
 			d.reject(ReasonLimitReached, time.Second)
 		}
-		if g.metrics != nil {
-			g.metrics.count(&d)
-		}
+		g.record(ctx, &d, reqID)
 		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 			d.Annotate(sp)
 		}

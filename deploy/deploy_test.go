@@ -11,9 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 
 	"github.com/fairgate/fairgate/admission/gateway"
@@ -50,7 +53,7 @@ func TestComposeFile(t *testing.T) {
 	const dir = "compose"
 	var c composeFile
 	readYAML(t, filepath.Join(dir, "compose.yaml"), &c)
-	for _, want := range []string{"redis", "jaeger", "demo-upstream", "fairgate-a", "fairgate-b", "prometheus"} {
+	for _, want := range []string{"redis", "jaeger", "demo-upstream", "fairgate-a", "fairgate-b", "prometheus", "grafana"} {
 		if _, ok := c.Services[want]; !ok {
 			t.Errorf("compose.yaml: no service %q", want)
 		}
@@ -96,6 +99,21 @@ func TestComposeFile(t *testing.T) {
 	if cfg.Redis == nil || cfg.Redis.Addrs[0] != "redis:6379" || cfg.Tracing == nil || !strings.HasPrefix(cfg.Tracing.Endpoint, "http://jaeger:") {
 		t.Errorf("fairgate.yaml: redis %+v, tracing %+v; want the compose services", cfg.Redis, cfg.Tracing)
 	}
+	// Grafana reads the dashboard from the compose file's Prometheus.
+	var ds struct {
+		Datasources []struct {
+			Type, URL string
+			IsDefault bool `yaml:"isDefault"`
+		}
+	}
+	readYAML(t, filepath.Join("grafana", "provisioning", "datasources", "prometheus.yaml"), &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || !ds.Datasources[0].IsDefault ||
+		ds.Datasources[0].URL != "http://prometheus:9090" {
+		t.Errorf("grafana data sources %+v, want the compose Prometheus as the default", ds.Datasources)
+	}
+	if !slices.Contains(c.Services["grafana"].Volumes, "../grafana/fairgate.json:/var/lib/grafana/dashboards/fairgate.json:ro") {
+		t.Errorf("grafana volumes %v: the dashboard is not where its provider looks", c.Services["grafana"].Volumes)
+	}
 	var prom struct {
 		RuleFiles     []string `yaml:"rule_files"`
 		ScrapeConfigs []struct {
@@ -116,8 +134,9 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// exported returns the names of the metric families fairgate's /metrics
-// shows after a few admitted and rejected requests.
+// exported returns the names of the metric families a running gateway's
+// /metrics shows (a Prometheus text scrape over HTTP, as Prometheus reads
+// it) after a few admitted and rejected requests.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	cfg, err := gateway.Parse(examples.Demo)
@@ -134,6 +153,8 @@ func exported(t *testing.T) map[string]bool {
 	}
 	gw := httptest.NewServer(srv.Handler())
 	defer gw.Close()
+	admin := httptest.NewServer(srv.AdminHandler())
+	defer admin.Close()
 	for range 8 {
 		req, _ := http.NewRequest("GET", gw.URL+"/api/v1/search", nil)
 		req.Header.Set("Authorization", "Bearer demo-starter-key")
@@ -141,13 +162,24 @@ func exported(t *testing.T) map[string]bool {
 			resp.Body.Close()
 		}
 	}
-	mfs, err := srv.Metrics().Gather()
+	req, _ := http.NewRequest("GET", admin.URL+"/metrics", nil)
+	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("/metrics Content-Type %q, want the text format", ct)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics is not Prometheus text: %v", err)
+	}
 	names := map[string]bool{}
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
+	for name := range mfs {
+		names[name] = true
 	}
 	return names
 }

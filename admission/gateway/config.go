@@ -45,6 +45,17 @@ type Config struct {
 	// Tracing exports OpenTelemetry traces over OTLP. Nil means off unless
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set (see NewTracerProvider).
 	Tracing *TracingConfig `yaml:"tracing"`
+
+	// Admin configures the admin listener's console.
+	Admin AdminConfig `yaml:"admin"`
+}
+
+// AdminConfig configures the console on the admin listener.
+type AdminConfig struct {
+	// JaegerUIURL is the base URL of a Jaeger UI that receives the traces
+	// (e.g. http://127.0.0.1:16686); the console links each trace ID to
+	// it. Empty means no links.
+	JaegerUIURL string `yaml:"jaeger_ui_url"`
 }
 
 // ServerConfig is the edge's hygiene: timeouts and size limits. Zero values
@@ -142,6 +153,11 @@ func (c *Config) validate(needUpstream bool) error {
 	if c.Redis != nil {
 		if err := c.Redis.Validate(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if u := c.Admin.JaegerUIURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("admin.jaeger_ui_url: %q is not an http(s) URL with a host", u))
 		}
 	}
 	if c.Tracing != nil {

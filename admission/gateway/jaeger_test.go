@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,8 +31,9 @@ func TestJaegerEndToEnd(t *testing.T) {
 		ratio    float64
 	}{{ProtocolHTTP, j.OTLPHTTP, 1}, {ProtocolGRPC, j.OTLPGRPC, 0}} {
 		t.Run(string(tc.proto), func(t *testing.T) {
+			ring := NewTraceRing(0) // the console's copy of the rejected traces
 			tp, err := NewTracerProvider(context.Background(), &TracingConfig{Endpoint: tc.endpoint, Protocol: tc.proto,
-				SampleAdmitted: &tc.ratio, ServiceName: "fairgate-test-" + strings.ReplaceAll(string(tc.proto), "/", "-")}, noEnv)
+				SampleAdmitted: &tc.ratio, ServiceName: "fairgate-test-" + strings.ReplaceAll(string(tc.proto), "/", "-")}, noEnv, ring)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +47,7 @@ func TestJaegerEndToEnd(t *testing.T) {
 				// quarter of the burst), then an export (sheddable: must
 				// leave half) cannot pass.
 				c.Admission.Global = &admission.GlobalConfig{Burst: 80, Rate: 0.001}
-			}, Options{TracerProvider: tp})
+			}, Options{TracerProvider: tp, Traces: ring})
 			release := make(chan struct{})
 			var releaseOnce sync.Once
 			releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
@@ -138,6 +140,26 @@ func TestJaegerEndToEnd(t *testing.T) {
 					t.Errorf("%s: root span is not marked as an error: %v", want.name, root.Tags)
 				}
 				assertChildren(t, want.name, spans, root, want.spans)
+				// The console keeps the same trace, the layer that said
+				// no marked.
+				if kept, ok := ring.Find(traceID(t, want.r)); !ok {
+					t.Errorf("%s: the console's ring does not hold the trace", want.name)
+				} else {
+					var names, saidNo []string
+					for _, s := range kept.Spans {
+						names = append(names, s.Name)
+						if s.SaidNo {
+							saidNo = append(saidNo, s.Name)
+						}
+					}
+					slices.Sort(names)
+					if jn := slices.Sorted(slices.Values(spanNames(spans))); !slices.Equal(names, jn) {
+						t.Errorf("%s: console spans %v, Jaeger's %v", want.name, names, jn)
+					}
+					if !slices.Equal(saidNo, []string{"admission." + want.layer}) {
+						t.Errorf("%s: console marks %v as the span that said no, want admission.%s", want.name, saidNo, want.layer)
+					}
+				}
 				if hasSpan(spans, "proxy.upstream") {
 					t.Errorf("%s: a rejected request has a proxy.upstream span", want.name)
 				}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -12,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminMux is the admin listener's handler: health, readiness, metrics and
-// the tenant state for support.
+// adminMux is the admin listener's handler: health, readiness, metrics,
+// and the console with its JSON API (console.go).
 func (s *Server) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -27,17 +26,7 @@ func (s *Server) adminMux() *http.ServeMux {
 		w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.tel.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
-		st, ok := s.gate.TenantState(r.PathValue("id"))
-		if !ok {
-			http.Error(w, "unknown tenant\n", http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
-	})
+	s.consoleRoutes(mux)
 	return mux
 }
 
@@ -101,7 +90,10 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 			return err
 		}
 	}
+	inFlight, queued := s.load()
 	s.gate.Drain() // queued requests get 503 now rather than a seat they would not finish in
+	s.log.Info("shutting down: draining", "in_flight", inFlight, "queued_rejected", queued, "drain_timeout", sh.Drain.String())
+	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), sh.Drain)
 	defer cancel()
 	err := pub.Shutdown(sctx)
@@ -109,5 +101,19 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	left, _ := s.load()
+	s.log.Info("shut down", "took", time.Since(start).Round(time.Millisecond).String(),
+		"finished", inFlight-min(left, inFlight), "cut_off", left, "clean", err == nil)
 	return err
+}
+
+// load counts the requests in flight and queued, for the shutdown logs.
+func (s *Server) load() (inFlight, queued int) {
+	for _, t := range s.gate.TenantStates() {
+		inFlight += t.InFlight
+	}
+	for _, p := range s.gate.PoolsState().Pools {
+		queued += p.Queued
+	}
+	return inFlight, queued
 }

@@ -46,6 +46,10 @@ type Options struct {
 	// server registers its metrics on it. Nil means a new registry (never
 	// the global one).
 	Metrics *prometheus.Registry
+	// Traces keeps the rejected traces the console shows as span trees;
+	// give the same ring to NewTracerProvider (or
+	// NewConsoleTracerProvider). Nil means the console has none.
+	Traces *TraceRing
 }
 
 // Server is the gateway: edge, admission pipeline and reverse proxy.
@@ -60,6 +64,7 @@ type Server struct {
 	started time.Time
 	closers []func() error
 	tel     *telemetry
+	traces  *TraceRing // nil: none
 }
 
 // Close releases what New opened (the Redis store and client). Call it
@@ -128,7 +133,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			ExpectContinueTimeout: time.Second,
 		}
 	}
-	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers, tel: tel}
+	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers, tel: tel, traces: o.Traces}
 	s.cfg.Store(&cfg)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

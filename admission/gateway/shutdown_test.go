@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +18,7 @@ import (
 // TestGracefulShutdown: 200 requests in flight or queued when shutdown
 // begins. The 100 holding seats finish with 200; the 100 queued get 503
 // with Retry-After at once; no client sees a connection error; Serve
-// returns nil.
+// returns nil; the log says what was drained.
 func TestGracefulShutdown(t *testing.T) {
 	cfg, err := Parse(examples.Demo)
 	if err != nil {
@@ -45,7 +46,8 @@ func TestGracefulShutdown(t *testing.T) {
 		"enterprise": {Share: 100, QueueLength: 100, MaxWait: time.Minute},
 		"pro":        {Share: 1}, "starter": {Share: 1},
 	}}
-	srv, ln, aln, cancel, served := serveForShutdown(t, cfg, Shutdown{Drain: 10 * time.Second})
+	var logs lockedBuffer
+	srv, ln, aln, cancel, served := serveForShutdown(t, cfg, Shutdown{Drain: 10 * time.Second}, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 256}}
 	type result struct {
@@ -99,6 +101,21 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
+	want := map[string]map[string]float64{
+		"shutting down: draining": {"in_flight": 100, "queued_rejected": 100},
+		"shut down":               {"finished": 100, "cut_off": 0},
+	}
+	for _, rec := range logs.records(t) {
+		for k, v := range want[rec["msg"].(string)] {
+			if rec[k] != v {
+				t.Errorf("log %q: %s = %v, want %v", rec["msg"], k, rec[k], v)
+			}
+		}
+		delete(want, rec["msg"].(string))
+	}
+	for msg := range want {
+		t.Errorf("no log line %q", msg)
+	}
 }
 
 // TestShutdownDelayKeepsServing (issue 12): SIGTERM closed the listener in
@@ -113,7 +130,7 @@ func TestShutdownDelayKeepsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Upstream = up.URL
-	_, ln, aln, cancel, served := serveForShutdown(t, cfg, Shutdown{Delay: 2 * time.Second, Drain: time.Second})
+	_, ln, aln, cancel, served := serveForShutdown(t, cfg, Shutdown{Delay: 2 * time.Second, Drain: time.Second}, Options{})
 	cancel()
 	waitNotReady(t, aln)
 	// Not ready, and still serving a new connection.
@@ -138,9 +155,9 @@ func TestShutdownDelayKeepsServing(t *testing.T) {
 
 // serveForShutdown builds a server from cfg and serves it on fresh loopback
 // listeners until cancel is called.
-func serveForShutdown(t *testing.T, cfg Config, sh Shutdown) (srv *Server, ln, aln net.Listener, cancel func(), served chan error) {
+func serveForShutdown(t *testing.T, cfg Config, sh Shutdown, o Options) (srv *Server, ln, aln net.Listener, cancel func(), served chan error) {
 	t.Helper()
-	srv, err := New(cfg, Options{})
+	srv, err := New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,8 +114,10 @@ func (c *TracingConfig) Validate() error {
 //
 // Every span is recorded; a tail sampler (internal/tailsample) exports the
 // whole trace of every rejected request, and admitted ones at
-// sample_admitted. Shutdown flushes what is buffered.
-func NewTracerProvider(ctx context.Context, cfg *TracingConfig, getenv func(string) string) (*sdktrace.TracerProvider, error) {
+// sample_admitted. The processors in also (a TraceRing for the console)
+// see what the tail sampler keeps, beside the exporter. Shutdown flushes
+// what is buffered.
+func NewTracerProvider(ctx context.Context, cfg *TracingConfig, getenv func(string) string, also ...sdktrace.SpanProcessor) (*sdktrace.TracerProvider, error) {
 	var c TracingConfig
 	if cfg != nil {
 		c = *cfg
@@ -169,7 +171,11 @@ func NewTracerProvider(ctx context.Context, cfg *TracingConfig, getenv func(stri
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	tail := tailsample.New(sdktrace.NewBatchSpanProcessor(exp), tailsample.Config{
+	var next sdktrace.SpanProcessor = sdktrace.NewBatchSpanProcessor(exp)
+	if len(also) > 0 {
+		next = append(fanout{next}, also...)
+	}
+	tail := tailsample.New(next, tailsample.Config{
 		Ratio: ratio,
 		Keep:  tailsample.KeepAttr(admission.AttrDecision, admission.OutcomeAdmit),
 	})

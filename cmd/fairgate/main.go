@@ -9,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/admission/gateway"
@@ -129,7 +131,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, stop, err := newServer(ctx, log, cfg)
+	srv, stop, err := newServer(ctx, log, cfg, serverOptions{})
 	if err != nil {
 		return err
 	}
@@ -148,35 +150,78 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // startTracing builds the tracer provider from the config's tracing section
-// and the OTEL_* environment; nil when tracing is off. stop flushes the
-// spans still buffered (with its own deadline: ctx is done by then).
-func startTracing(ctx context.Context, log *slog.Logger, cfg *gateway.TracingConfig) (trace.TracerProvider, func(), error) {
-	tp, err := gateway.NewTracerProvider(ctx, cfg, os.Getenv)
-	if err != nil || tp == nil {
-		return nil, func() {}, err
+// and the OTEL_* environment, keeping rejected traces in ring for the
+// console too; nil when tracing is off, unless o.consoleTraces asks for a
+// provider that only feeds ring. what says where traces go, for the
+// startup log. stop flushes the spans still buffered (with its own
+// deadline: ctx is done by then).
+func startTracing(ctx context.Context, log *slog.Logger, cfg *gateway.TracingConfig, ring *gateway.TraceRing, o serverOptions) (tp trace.TracerProvider, what string, stop func(), err error) {
+	sdk, err := gateway.NewTracerProvider(ctx, cfg, os.Getenv, ring)
+	if err != nil {
+		return nil, "", func() {}, err
 	}
-	log.Info("tracing on: rejected requests' traces and a sample of admitted ones go to the OTLP endpoint")
-	return tp, func() {
+	if sdk == nil {
+		if !o.consoleTraces {
+			return nil, "off", func() {}, nil
+		}
+		sdk, what = gateway.NewConsoleTracerProvider(ring), "console only (no OTLP endpoint)"
+	} else {
+		what = cmp.Or(tracingEndpoint(cfg), "the OTLP endpoint")
+		// The exporter's errors are log lines like every other.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			log.Warn("tracing: OTLP export", "err", err.Error())
+		}))
+	}
+	return sdk, what, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := tp.Shutdown(sctx); err != nil {
+		if err := sdk.Shutdown(sctx); err != nil {
 			log.Warn("tracing: flush on shutdown", "err", err.Error())
 		}
 	}, nil
 }
 
+// tracingEndpoint is where traces go: the config's endpoint, else the
+// OTEL_* environment's.
+func tracingEndpoint(cfg *gateway.TracingConfig) string {
+	if cfg != nil && cfg.Endpoint != "" {
+		return cfg.Endpoint
+	}
+	return cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+}
+
+// serverOptions are what serve and demo set differently.
+type serverOptions struct {
+	// consoleTraces keeps rejected traces for the console even without an
+	// OTLP endpoint (every request's spans are recorded: the demo's
+	// choice, not production's).
+	consoleTraces bool
+}
+
 // newServer starts tracing as cfg (or the OTEL_* environment) says and
 // builds the gateway; stop closes the gateway's store and flushes spans.
-func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config) (*gateway.Server, func(), error) {
-	tp, stopTracing, err := startTracing(ctx, log, cfg.Tracing)
+// It logs what is on.
+func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, o serverOptions) (*gateway.Server, func(), error) {
+	ring := gateway.NewTraceRing(0)
+	tp, tracing, stopTracing, err := startTracing(ctx, log, cfg.Tracing, ring, o)
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := gateway.New(cfg, gateway.Options{Logger: log, TracerProvider: tp})
+	opts := gateway.Options{Logger: log, TracerProvider: tp}
+	if tp != nil {
+		opts.Traces = ring
+	}
+	srv, err := gateway.New(cfg, opts)
 	if err != nil {
 		stopTracing()
 		return nil, nil, err
 	}
+	store := "embedded memory store"
+	if cfg.Redis != nil {
+		store = "redis " + strings.Join(cfg.Redis.Addrs, ",")
+	}
+	log.Info("fairgate configured", "store", store, "tracing", tracing,
+		"tenants", len(srv.Gate().Registry().Tenants()), "jaeger_ui", cfg.Admin.JaegerUIURL)
 	return srv, func() {
 		srv.Close()
 		stopTracing()
@@ -193,7 +238,8 @@ func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, 
 		ln.Close()
 		return err
 	}
-	log.Info("fairgate listening", "addr", ln.Addr().String(), "admin", aln.Addr().String())
+	log.Info("fairgate listening", "addr", ln.Addr().String(), "admin", aln.Addr().String(),
+		"console", "http://"+aln.Addr().String()+"/")
 	return srv.Serve(ctx, ln, aln, sh)
 }
 
@@ -230,7 +276,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer up.Close()
 	cfg.Upstream = "http://" + uln.Addr().String()
 	cfg.Listen, cfg.AdminListen = *listen, *admin
-	srv, stop, err := newServer(ctx, log, cfg)
+	srv, stop, err := newServer(ctx, log, cfg, serverOptions{consoleTraces: true})
 	if err != nil {
 		return err
 	}
@@ -247,6 +293,8 @@ Try:
   for i in $(seq 8); do curl -s -o /dev/null -w '%%{http_code} Retry-After: %%header{retry-after}\n' -H 'Authorization: Bearer demo-starter-key' http://%[1]s/api/v1/search; done
   curl -i -H 'Authorization: Bearer demo-enterprise-key' http://%[1]s/api/v1/users/me
   curl -s http://%[2]s/admin/tenants/initech
+
+Console (live tenants, pools, rejections and their traces): http://%[2]s/
 
 Ctrl-C stops it.
 `, *listen, *admin, uln.Addr(), store)

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The console: a page on the admin listener (GET /) that polls the admin
+// JSON API once a second. Everything it needs is embedded; it loads nothing
+// from elsewhere.
+//
+// The JSON API (documented in the README's "Console" section):
+//
+//	GET /admin/tenants        every tenant's state (admission.TenantState), and
+//	                          the rejections of requests without a valid key
+//	GET /admin/tenants/{id}   one tenant's
+//	GET /admin/pools          the pools, the adaptive limit, the shed thresholds
+//	GET /admin/rejections     the latest rejections, newest first (?limit=N, at most 200)
+//	GET /admin/traces/{id}    a kept rejected trace, by trace ID or request ID
+//	GET /admin/console        what the console needs to know of the server
+//
+// Asking for /admin/rejections marks the gate as watched: the latest
+// rejections are recorded only for 30 s after that, so an unwatched gateway
+// pays nothing for them.
+
+//go:embed console
+var consoleFiles embed.FS
+
+// consoleInfo is GET /admin/console.
+type consoleInfo struct {
+	// JaegerUIURL is admin.jaeger_ui_url; empty means no links.
+	JaegerUIURL string `json:"jaeger_ui_url"`
+	// Traces says whether rejected traces are kept (tracing is on).
+	Traces bool `json:"traces"`
+	// Started is when the server started.
+	Started time.Time `json:"started"`
+}
+
+func (s *Server) consoleRoutes(mux *http.ServeMux) {
+	static, _ := fs.Sub(consoleFiles, "console")
+	files := http.FileServerFS(static)
+	mux.Handle("GET /{$}", files)
+	mux.Handle("GET /console/", http.StripPrefix("/console/", files))
+	mux.HandleFunc("GET /admin/console", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, consoleInfo{JaegerUIURL: s.cfg.Load().Admin.JaegerUIURL, Traces: s.traces != nil, Started: s.started})
+	})
+	mux.HandleFunc("GET /admin/tenants", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"tenants": s.gate.TenantStates(),
+			"unauthenticated_rejections_last_minute": s.gate.UnauthenticatedRejections()})
+	})
+	mux.HandleFunc("GET /admin/tenants/{id}", func(w http.ResponseWriter, r *http.Request) {
+		st, ok := s.gate.TenantState(r.PathValue("id"))
+		if !ok {
+			writeJSONError(w, http.StatusNotFound, "unknown tenant")
+			return
+		}
+		writeJSON(w, st)
+	})
+	mux.HandleFunc("GET /admin/pools", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, s.gate.PoolsState())
+	})
+	mux.HandleFunc("GET /admin/rejections", func(w http.ResponseWriter, r *http.Request) {
+		limit := 50
+		if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 {
+			limit = n
+		}
+		s.gate.Watch()
+		writeJSON(w, map[string]any{"rejections": s.gate.RecentRejections(limit)})
+	})
+	mux.HandleFunc("GET /admin/traces/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if s.traces == nil {
+			writeJSONError(w, http.StatusNotFound, "tracing is off: no traces are kept")
+			return
+		}
+		t, ok := s.traces.Find(r.PathValue("id"))
+		if !ok {
+			writeJSONError(w, http.StatusNotFound, "no kept rejected trace with that trace ID or request ID")
+			return
+		}
+		writeJSON(w, t)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
