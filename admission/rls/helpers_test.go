@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -132,3 +133,5 @@ func header(resp *rlsv3.RateLimitResponse, k string) string {
 	}
 	return ""
 }
+
+func writeFile(path, data string) error { return os.WriteFile(path, []byte(data), 0o644) }
