@@ -78,8 +78,8 @@ func runSteps(t *testing.T, h *harness, steps []step) {
 }
 
 func codesOf(c ...rlsv3.RateLimitResponse_Code) []rlsv3.RateLimitResponse_Code { return c }
-func rem(r ...int64) []int64                                                    { return r }
-func resets(d ...time.Duration) []time.Duration                                 { return d }
+func rem(r ...int64) []int64                                                   { return r }
+func resets(d ...time.Duration) []time.Duration                                { return d }
 
 // TestEdgeConfig: testdata/edge.yaml decision by decision: a key-only
 // descriptor limits each value apart; a value beats the key-only rule; a
