@@ -1,0 +1,72 @@
+package rls
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairgate/fairgate/admission/redisstore"
+	"github.com/fairgate/fairgate/internal/redistest"
+)
+
+// newRedisStore returns a Redis store on addr, closed when t ends.
+func newRedisStore(t testing.TB, addr string) *redisstore.Store {
+	t.Helper()
+	// Fail closed with a generous deadline: a decision Redis did not make
+	// is an error here, never a silent local one.
+	cfg := redisstore.Config{Addrs: []string{addr}, FailurePolicy: redisstore.FailClosed, Timeout: time.Second}
+	client, err := redisstore.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s, err := redisstore.New(client, cfg, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestInstancesOnOneRedisAdmitAsOne: two services, each with its own
+// Redis store on one redis-server, called concurrently, admit what one
+// would: the limit, not twice it.
+func TestInstancesOnOneRedisAdmitAsOne(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rules := mustRules(t, Source{"q.yaml", []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 30}\n")})
+	a := start(t, Config{}, rules, Options{Store: newRedisStore(t, srv.Addr())})
+	b := start(t, Config{}, rules, Options{Store: newRedisStore(t, srv.Addr())})
+	var admitted, rejected atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		h := []*harness{a, b}[w%2]
+		wg.Go(func() {
+			for range 15 {
+				resp, err := h.client.ShouldRateLimit(context.Background(), request("q", 0, desc("user", "ann")))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.OverallCode == ok {
+					admitted.Add(1)
+				} else {
+					rejected.Add(1)
+					if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d <= 0 || d > 2*60e9 {
+						t.Errorf("duration_until_reset %v, want about 2 minutes (one token of 30/hour)", d)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// 30 an hour refills one token per 2 minutes: within the test, none.
+	if got := admitted.Load(); got != 30 {
+		t.Fatalf("two instances admitted %d, want 30 (rejected %d)", got, rejected.Load())
+	}
+	// Another user has its own bucket, on both instances.
+	if resp := b.call(t, request("q", 0, desc("user", "bo"))); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 29 {
+		t.Fatalf("another user: %v", resp)
+	}
+}
