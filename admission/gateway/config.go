@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/admission/redisstore"
+	"github.com/fairgate/fairgate/admission/rls"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -44,6 +46,11 @@ type Config struct {
 	// Tracing exports OpenTelemetry traces over OTLP. Nil means off unless
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set (see NewTracerProvider).
 	Tracing *TracingConfig `yaml:"tracing"`
+
+	// RLS, when set, also serves Envoy's rate limit service (gRPC) from
+	// envoyproxy/ratelimit config files, on the same store. Nil means
+	// off. `fairgate rls` runs it alone (see LoadRLS).
+	RLS *rls.Config `yaml:"rls"`
 }
 
 // ServerConfig is the edge's hygiene: timeouts and size limits. Zero values
@@ -123,16 +130,7 @@ func (c *Config) Validate() error {
 	if s.MaxBodyBytes < 0 {
 		errs = append(errs, errors.New("server.max_body_bytes: must be >= 0 (0 means 10 MiB)"))
 	}
-	if c.Redis != nil {
-		if err := c.Redis.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.Tracing != nil {
-		if err := c.Tracing.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, c.validateSections()...)
 	if reg, err := tenant.NewRegistry(c.Tenants); err != nil {
 		errs = append(errs, err)
 		if err := c.Admission.Validate(); err != nil {
@@ -144,9 +142,39 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateSections checks the optional sections serve and rls share:
+// redis, tracing and rls.
+func (c *Config) validateSections() []error {
+	var errs []error
+	for _, v := range []interface{ Validate() error }{c.Redis, c.Tracing, c.RLS} {
+		if reflect.ValueOf(v).IsNil() {
+			continue
+		}
+		if err := v.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 // Parse decodes a config document. Unknown fields are errors (a typo must
 // not be silently ignored), and so is a second document in the same file.
-func Parse(data []byte) (Config, error) {
+func Parse(data []byte) (Config, error) { return parseWith(data, (*Config).Validate) }
+
+// parseWith decodes a config document and checks it with validate.
+func parseWith(data []byte, validate func(*Config) error) (Config, error) {
+	c, err := decode(data)
+	if err != nil {
+		return c, err
+	}
+	if err := validate(&c); err != nil {
+		return c, err
+	}
+	return c.withDefaults(), nil
+}
+
+// decode decodes a config document without validating it.
+func decode(data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -160,20 +188,21 @@ func Parse(data []byte) (Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return c, errors.New("more than one YAML document")
 	}
-	if err := c.Validate(); err != nil {
-		return c, err
-	}
-	return c.withDefaults(), nil
+	return c, nil
 }
 
 // Load reads and parses the config file at path. Every error starts with
 // the path.
-func Load(path string) (Config, error) {
+func Load(path string) (Config, error) { return load(path, Parse) }
+
+// load reads the file at path and parses it with parse, prefixing every
+// error with the path.
+func load(path string, parse func([]byte) (Config, error)) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
-	c, err := Parse(data)
+	c, err := parse(data)
 	if err != nil {
 		return c, prefixLines(path, err)
 	}

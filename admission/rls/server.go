@@ -66,6 +66,9 @@ func newServer(cfg Config, svc *Service, log *slog.Logger) *Server {
 // Service returns the rate limit service.
 func (s *Server) Service() *Service { return s.svc }
 
+// Configs returns the configured rule files and folders.
+func (s *Server) Configs() []string { return s.cfg.Configs }
+
 // Addr returns the configured listen address.
 func (s *Server) Addr() string { return s.cfg.Listen }
 
