@@ -1,6 +1,7 @@
 // Command fairgate is the admission-control and load-shedding gateway.
 //
-//	fairgate serve --config FILE     run the gateway
+//	fairgate serve --config FILE     run the gateway (and the Envoy rate limit service, with an rls section)
+//	fairgate rls --config FILE       run the Envoy rate limit service alone
 //	fairgate demo                    run the gateway and a demo API, embedded store
 //	fairgate demo-upstream           run only the demo API
 //	fairgate check-config FILE       validate a config file
@@ -28,6 +29,7 @@ import (
 
 	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/admission/redisstore"
+	"github.com/fairgate/fairgate/admission/rls"
 	"github.com/fairgate/fairgate/deploy/examples"
 	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/internal/tracelog"
@@ -38,12 +40,17 @@ const usage = `fairgate: admission control and load shedding for multi-tenant HT
 
 Usage:
   fairgate serve --config FILE      run the gateway in front of the config's upstream
+                                    (and Envoy's rate limit service when the config has an rls section)
+  fairgate rls --config FILE        run only Envoy's rate limit service (gRPC); the config needs rls,
+                                    and may hold only rls, redis, tracing and admin_listen
   fairgate demo [--listen ADDR]     run the gateway and a built-in demo API (embedded store)
   fairgate demo-upstream [--listen ADDR]
                                     run only the demo API (for serve with the demo config)
   fairgate bench [--scenario NAME] [--modes LIST] [--duration D] [--seed N] [--redis ADDR] [--out DIR]
                                     overload benchmarks (see bench/RESULTS.md)
-  fairgate check-config FILE        validate a config file; non-zero exit on error
+  fairgate check-config [--rls] FILE
+                                    validate a config file (--rls: one for fairgate rls) and the
+                                    rls section's rule files; non-zero exit on error
   fairgate hash-key                 read an API key on stdin, print the hash for the config
 `
 
@@ -62,6 +69,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stderr)
+	case "rls":
+		err = rlsCmd(ctx, args[1:], stderr)
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "demo-upstream":
@@ -127,11 +136,31 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, stop, err := newServer(ctx, log, cfg)
+	srv, tp, stop, err := newServer(ctx, log, cfg)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	rlsSrv, err := srv.RLS(tp)
+	if err != nil {
+		return err
+	}
+	if rlsSrv != nil {
+		// The rate limit service stops with the gateway, also when the
+		// gateway fails to start.
+		rctx, cancel := context.WithCancel(ctx)
+		wait, err := startRLS(rctx, log, rlsSrv)
+		if err != nil {
+			cancel()
+			return err
+		}
+		defer func() {
+			cancel()
+			if err := wait(); err != nil {
+				log.Error("rls", "err", err.Error())
+			}
+		}()
+	}
 	// SIGHUP and changes to the file reload it; a bad file keeps the old
 	// config and logs the field-level error.
 	hup := make(chan os.Signal, 1)
@@ -165,17 +194,17 @@ func startTracing(ctx context.Context, log *slog.Logger, cfg *gateway.TracingCon
 
 // newServer starts tracing as cfg (or the OTEL_* environment) says and
 // builds the gateway; stop closes the gateway's store and flushes spans.
-func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config) (*gateway.Server, func(), error) {
+func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config) (*gateway.Server, trace.TracerProvider, func(), error) {
 	tp, stopTracing, err := startTracing(ctx, log, cfg.Tracing)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	srv, err := gateway.New(cfg, gateway.Options{Logger: log, TracerProvider: tp})
 	if err != nil {
 		stopTracing()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return srv, func() {
+	return srv, tp, func() {
 		srv.Close()
 		stopTracing()
 	}, nil
@@ -227,7 +256,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer up.Close()
 	cfg.Upstream = "http://" + uln.Addr().String()
 	cfg.Listen, cfg.AdminListen = *listen, *admin
-	srv, stop, err := newServer(ctx, log, cfg)
+	srv, _, stop, err := newServer(ctx, log, cfg)
 	if err != nil {
 		return err
 	}
@@ -276,14 +305,27 @@ func demoUpstream(ctx context.Context, args []string, stdout, _ io.Writer) error
 }
 
 func checkConfig(args []string, stdout io.Writer) error {
-	if len(args) != 1 {
-		return errors.New("usage: fairgate check-config FILE")
+	load, rlsOnly := gateway.Load, len(args) == 2 && args[0] == "--rls"
+	if rlsOnly {
+		load, args = gateway.LoadRLS, args[1:]
 	}
-	cfg, err := gateway.Load(args[0])
+	if len(args) != 1 {
+		return errors.New("usage: fairgate check-config [--rls] FILE")
+	}
+	cfg, err := load(args[0])
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d tiers, %d tenants, %d routes)\n", args[0], len(cfg.Tenants.Tiers), len(cfg.Tenants.Tenants), len(cfg.Admission.Routes))
+	if !rlsOnly {
+		fmt.Fprintf(stdout, "%s: ok (%d tiers, %d tenants, %d routes)\n", args[0], len(cfg.Tenants.Tiers), len(cfg.Tenants.Tenants), len(cfg.Admission.Routes))
+	}
+	if cfg.RLS != nil {
+		rules, err := rls.LoadRules(cfg.RLS.Configs)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: rls ok (domains: %s)\n", args[0], strings.Join(rules.Domains(), ", "))
+	}
 	return nil
 }
 
