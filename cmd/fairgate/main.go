@@ -119,20 +119,8 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	path := fs.String("config", "", "config file (YAML)")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
 	drain := fs.Duration("drain", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *path == "" {
-		return errors.New("--config FILE is required")
-	}
-	log, err := newLogger(stderr, *level)
-	if err != nil {
-		return err
-	}
-	cfg, err := gateway.Load(*path)
+	path, log, cfg, err := loadConfig(fs, args, stderr, gateway.Load)
 	if err != nil {
 		return err
 	}
@@ -166,12 +154,31 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	watcher, err := srv.WatchConfig(*path, gateway.WatchOptions{Reload: hup, OnReload: srv.RecordReload})
+	watcher, err := srv.WatchConfig(path, gateway.WatchOptions{Reload: hup, OnReload: srv.RecordReload})
 	if err != nil {
 		return err
 	}
 	go watcher.Run(ctx)
 	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, *drain)
+}
+
+// loadConfig parses a server command's flags (fs's own, plus --config and
+// --log-level), builds the logger and loads the config file with load.
+func loadConfig(fs *flag.FlagSet, args []string, stderr io.Writer, load func(string) (gateway.Config, error)) (string, *slog.Logger, gateway.Config, error) {
+	path := fs.String("config", "", "config file (YAML)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return "", nil, gateway.Config{}, err
+	}
+	if *path == "" {
+		return "", nil, gateway.Config{}, errors.New("--config FILE is required")
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return "", nil, gateway.Config{}, err
+	}
+	cfg, err := load(*path)
+	return *path, log, cfg, err
 }
 
 // startTracing builds the tracer provider from the config's tracing section

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -20,20 +19,7 @@ import (
 // rlsCmd is `fairgate rls`: Envoy's rate limit service alone, with the
 // admin listener (health, readiness, metrics).
 func rlsCmd(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
-	path := fs.String("config", "", "config file (YAML) with an rls section")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *path == "" {
-		return errors.New("--config FILE is required")
-	}
-	log, err := newLogger(stderr, *level)
-	if err != nil {
-		return err
-	}
-	cfg, err := gateway.LoadRLS(*path)
+	_, log, cfg, err := loadConfig(flag.NewFlagSet("rls", flag.ContinueOnError), args, stderr, gateway.LoadRLS)
 	if err != nil {
 		return err
 	}
