@@ -313,9 +313,9 @@ func TestGlobalShadow(t *testing.T) {
 	}
 }
 
-// TestHealthAndGracefulStop: health SERVING while up; after the context
-// ends, Serve returns and new calls fail.
-func TestHealthAndGracefulStop(t *testing.T) {
+// TestHealth: the health service answers SERVING for the server and for
+// the rate limit service while up (TestGracefulStop covers the stop).
+func TestHealth(t *testing.T) {
 	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
 	hc := healthpb.NewHealthClient(h.conn)
 	for _, svc := range []string{"", ServiceName} {
