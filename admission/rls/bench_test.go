@@ -104,3 +104,22 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecide is the service's own cost per call, without gRPC: match,
+// take (embedded store), statuses and headers.
+func BenchmarkDecide(b *testing.B) {
+	rules := mustLoad(b, "testdata/nested.yaml")
+	svc, err := NewService(Config{}, rules, Options{Store: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := request("api", 0, desc("client_id", "bob", "route", "/x"))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
