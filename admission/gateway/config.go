@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -205,6 +206,9 @@ func load(path string, parse func([]byte) (Config, error)) (Config, error) {
 	c, err := parse(data)
 	if err != nil {
 		return c, prefixLines(path, err)
+	}
+	if c.RLS != nil {
+		c.RLS.Configs = c.RLS.ResolvePaths(filepath.Dir(path))
 	}
 	return c, nil
 }

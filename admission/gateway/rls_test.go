@@ -91,3 +91,29 @@ func TestRLSOnlyReloadsRules(t *testing.T) {
 		t.Fatalf("after a bad write: limit %d, want the old 9", got)
 	}
 }
+
+// TestEnvoyExampleLoads: deploy/examples/envoy's config and its rule
+// folder (a path relative to the config file) load from any working
+// directory, and the example's limits decide as its comments say.
+func TestEnvoyExampleLoads(t *testing.T) {
+	cfg, err := LoadRLS("../../deploy/examples/envoy/fairgate-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRLSOnly(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	login := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{
+		{Key: "header_match", Value: "login"}, {Key: "remote_address", Value: "10.0.0.7"}}}}}
+	for i := range 6 {
+		resp, err := r.Server().Service().ShouldRateLimit(context.Background(), login)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i == 5; (resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT) != want {
+			t.Fatalf("login %d: %v (limit %v)", i+1, resp.OverallCode, resp.Statuses[0].CurrentLimit)
+		}
+	}
+}

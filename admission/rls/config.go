@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"time"
 )
 
@@ -20,7 +21,8 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Configs lists envoyproxy/ratelimit config files, or folders whose
 	// *.yaml and *.yml files are read. At least one is required. Relative
-	// paths are relative to the working directory.
+	// paths are relative to the folder of the file that holds this
+	// section (see ResolvePaths).
 	Configs []string `yaml:"configs"`
 	// Shadow puts every descriptor in shadow mode (as envoyproxy/ratelimit's
 	// SHADOW_MODE=true): decisions and tokens as usual, but every answer is
@@ -74,6 +76,18 @@ func (c Config) withDefaults() Config {
 		c.Drain = 5 * time.Second
 	}
 	return c
+}
+
+// ResolvePaths returns Configs with each relative path joined to dir.
+func (c Config) ResolvePaths(dir string) []string {
+	out := make([]string, len(c.Configs))
+	for i, p := range c.Configs {
+		if p != "" && !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		out[i] = p
+	}
+	return out
 }
 
 // ListenAddr returns the address to listen on: Listen, or DefaultListen.
