@@ -47,15 +47,7 @@ func TestRLSOnlyReloadsRules(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "d.yaml")
 	writeAtomically(t, path, rlsRule("1"))
-	cfg, err := ParseRLS([]byte("rls:\n  configs: [" + dir + "]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewRLSOnly(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newRLSOnly(t, ParseRLS, []byte("rls:\n  configs: ["+dir+"]\n"))
 	outcomes := make(chan error, 10)
 	run, err := WatchRLS(r.Server(), nil, WatchOptions{Settle: 10 * time.Millisecond, OnReload: func(err error) { outcomes <- err }})
 	if err != nil {
@@ -96,15 +88,7 @@ func TestRLSOnlyReloadsRules(t *testing.T) {
 // folder (a path relative to the config file) load from any working
 // directory, and the example's limits decide as its comments say.
 func TestEnvoyExampleLoads(t *testing.T) {
-	cfg, err := LoadRLS("../../deploy/examples/envoy/fairgate-rls.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewRLSOnly(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := newRLSOnly(t, func([]byte) (Config, error) { return LoadRLS("../../deploy/examples/envoy/fairgate-rls.yaml") }, nil)
 	login := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonrl.RateLimitDescriptor{{Entries: []*commonrl.RateLimitDescriptor_Entry{
 		{Key: "header_match", Value: "login"}, {Key: "remote_address", Value: "10.0.0.7"}}}}}
 	for i := range 6 {
@@ -116,4 +100,20 @@ func TestEnvoyExampleLoads(t *testing.T) {
 			t.Fatalf("login %d: %v (limit %v)", i+1, resp.OverallCode, resp.Statuses[0].CurrentLimit)
 		}
 	}
+}
+
+// newRLSOnly builds the rate limit service alone from parse(data), closed
+// when t ends.
+func newRLSOnly(t *testing.T, parse func([]byte) (Config, error), data []byte) *RLSOnly {
+	t.Helper()
+	cfg, err := parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRLSOnly(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
