@@ -24,6 +24,7 @@ fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./admission/gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractKey$$' -fuzztime $(FUZZTIME) ./tenant
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRules$$' -fuzztime $(FUZZTIME) ./admission/rls
+	$(GO) test -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME) ./admission/rls
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitField$$' -fuzztime $(FUZZTIME) ./client
 
 build:

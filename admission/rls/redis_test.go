@@ -30,18 +30,20 @@ func newRedisStore(t testing.TB, addr string) *redisstore.Store {
 	return s
 }
 
-// TestInstancesOnOneRedisAdmitAsOne: two services, each with its own
+// TestInstancesOnOneRedisAdmitAsOne: three services, each with its own
 // Redis store on one redis-server, called concurrently, admit what one
-// would: the limit, not twice it.
+// would: the limit, not three times it.
 func TestInstancesOnOneRedisAdmitAsOne(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rules := mustRules(t, Source{"q.yaml", []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 30}\n")})
-	a := start(t, Config{}, rules, Options{Store: newRedisStore(t, srv.Addr())})
-	b := start(t, Config{}, rules, Options{Store: newRedisStore(t, srv.Addr())})
+	var hs []*harness
+	for range 3 {
+		hs = append(hs, start(t, Config{}, rules, Options{Store: newRedisStore(t, srv.Addr())}))
+	}
 	var admitted, rejected atomic.Int64
 	var wg sync.WaitGroup
-	for w := range 8 {
-		h := []*harness{a, b}[w%2]
+	for w := range 9 {
+		h := hs[w%len(hs)]
 		wg.Go(func() {
 			for range 15 {
 				resp, err := h.client.ShouldRateLimit(context.Background(), request("q", 0, desc("user", "ann")))
@@ -63,10 +65,10 @@ func TestInstancesOnOneRedisAdmitAsOne(t *testing.T) {
 	wg.Wait()
 	// 30 an hour refills one token per 2 minutes: within the test, none.
 	if got := admitted.Load(); got != 30 {
-		t.Fatalf("two instances admitted %d, want 30 (rejected %d)", got, rejected.Load())
+		t.Fatalf("three instances admitted %d, want 30 (rejected %d)", got, rejected.Load())
 	}
 	// Another user has its own bucket, on both instances.
-	if resp := b.call(t, request("q", 0, desc("user", "bo"))); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 29 {
+	if resp := hs[1].call(t, request("q", 0, desc("user", "bo"))); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 29 {
 		t.Fatalf("another user: %v", resp)
 	}
 }

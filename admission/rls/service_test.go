@@ -14,6 +14,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 const (
@@ -365,4 +367,41 @@ func TestReload(t *testing.T) {
 	if got := lim(); got != 7 {
 		t.Fatalf("after a bad reload: limit %d, want 7", got)
 	}
+}
+
+// FuzzShouldRateLimit: any request is an answer or InvalidArgument, never
+// a panic, and an answer has one status per descriptor.
+func FuzzShouldRateLimit(f *testing.F) {
+	f.Add("edge", "remote_address", "1.2.3.4", "path", "/login", uint32(0), uint64(0), false, uint8(2))
+	f.Add("api", "client_id", "premium", "route", "/v1/x", uint32(3), uint64(7), true, uint8(1))
+	f.Add("", "", "", "", "", uint32(1<<31), uint64(1<<63), false, uint8(0))
+	rules := mustLoad(f, "testdata/edge.yaml", "testdata/nested.yaml", "testdata/replaces.yaml")
+	svc, err := NewService(Config{}, rules, Options{Store: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2 string, hits uint32, own uint64, override bool, n uint8) {
+		d := desc(k1, v1, k2, v2)
+		if own > 0 {
+			d.HitsAddend = wrapperspb.UInt64(own)
+		}
+		if override {
+			d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: hits, Unit: typev3.RateLimitUnit(n % 8)}
+		}
+		var ds []*commonrl.RateLimitDescriptor
+		for range n % 4 {
+			ds = append(ds, d)
+		}
+		req := request(domain, hits, ds...)
+		resp, err := svc.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("%v: %v", req, err)
+			}
+			return
+		}
+		if len(resp.Statuses) != len(ds) {
+			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
+		}
+	})
 }
