@@ -1,7 +1,11 @@
 package rls
 
 import (
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -67,3 +71,33 @@ func TestOneSpanPerCall(t *testing.T) {
 		t.Errorf("remote_address admits counted %v, want 4", n)
 	}
 }
+
+// TestShadowLogBounded: shadow rejections are logged at most once per
+// interval per descriptor, however many there are.
+func TestShadowLogBounded(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	tel, err := NewTelemetry(TelemetryOptions{Logger: log, ShadowLogEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, Config{}, mustLoad(t, "testdata/shadow"), Options{Telemetry: tel})
+	for range 20 {
+		h.call(t, request("rollout", 0, desc("user", "ann")))
+		h.call(t, request("rollout", 0, desc("user", "bo")))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "would have rejected"); n != 1 {
+		t.Fatalf("%d shadow log lines for 34 shadow rejections of one descriptor, want 1:\n%s", n, buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
