@@ -376,7 +376,11 @@ var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 // left), in its real state even under shadow mode; Retry-After, in whole
 // seconds (at least 1), when the answer is OVER_LIMIT.
 func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*corev3.HeaderValue {
-	var b []byte
+	// All values are written into one buffer, made one string and sliced,
+	// and the header values are one array: four allocations, not twenty.
+	var arr [256]byte
+	b := arr[:0]
+	var ends [len(headerKeys)]int
 	for i := range vs {
 		v := &vs[i]
 		if v.outcome != OutcomeAdmit && v.outcome != OutcomeReject && v.outcome != OutcomeShadowReject {
@@ -388,19 +392,37 @@ func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*
 		q := quota(v)
 		b = admission.AppendPolicy(b, &q)
 	}
+	ends[0] = len(b)
 	q := quota(decider)
-	out := []*corev3.HeaderValue{
-		{Key: "RateLimit-Policy", Value: string(b)},
-		{Key: "RateLimit", Value: string(admission.AppendState(nil, &q))},
-		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(decider.rule.requestsPerUnit), 10)},
-		{Key: "RateLimit-Remaining", Value: strconv.FormatInt(int64(q.Remaining), 10)},
-		{Key: "RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(q.Reset, 0), 10)},
-	}
+	b = admission.AppendState(b, &q)
+	ends[1] = len(b)
+	b = strconv.AppendUint(b, uint64(decider.rule.requestsPerUnit), 10)
+	ends[2] = len(b)
+	b = strconv.AppendInt(b, int64(q.Remaining), 10)
+	ends[3] = len(b)
+	b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+	ends[4] = len(b)
+	n := len(headerKeys) - 1
 	if over {
-		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(ceilSeconds(retry, 1), 10)})
+		b = strconv.AppendInt(b, ceilSeconds(retry, 1), 10)
+		ends[5] = len(b)
+		n++
+	}
+	all := string(b)
+	hv := make([]corev3.HeaderValue, n)
+	out := make([]*corev3.HeaderValue, n)
+	start := 0
+	for i := range n {
+		hv[i].Key, hv[i].Value = headerKeys[i], all[start:ends[i]]
+		out[i] = &hv[i]
+		start = ends[i]
 	}
 	return out
 }
+
+// headerKeys are the response headers, in the order headers writes them;
+// Retry-After, last, only when over the limit.
+var headerKeys = [...]string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After"}
 
 func quota(v *verdict) admission.QuotaState {
 	return admission.QuotaState{Name: v.rule.name, Limit: float64(v.rule.requestsPerUnit), Window: v.rule.window,
