@@ -51,6 +51,7 @@ type Telemetry struct {
 	calls     *prometheus.HistogramVec
 	log       *slog.Logger
 	logEvery  time.Duration
+	now       func() time.Time
 
 	mu         sync.Mutex
 	lastShadow map[string]time.Time // guarded by mu: descriptor → last shadow log line
@@ -69,13 +70,19 @@ type TelemetryOptions struct {
 	Logger *slog.Logger
 	// ShadowLogEvery: zero means DefaultShadowLogEvery.
 	ShadowLogEvery time.Duration
+	// Now is the clock that spaces the shadow log lines. Nil means
+	// time.Now. (Call latency is always measured in real time.)
+	Now func() time.Time
 }
 
 // NewTelemetry registers the service's metrics on o.Metrics.
 func NewTelemetry(o TelemetryOptions) (*Telemetry, error) {
-	t := &Telemetry{prop: propagation.TraceContext{}, log: o.Logger, logEvery: o.ShadowLogEvery, lastShadow: make(map[string]time.Time)}
+	t := &Telemetry{prop: propagation.TraceContext{}, log: o.Logger, logEvery: o.ShadowLogEvery, now: o.Now, lastShadow: make(map[string]time.Time)}
 	if t.logEvery <= 0 {
 		t.logEvery = DefaultShadowLogEvery
+	}
+	if t.now == nil {
+		t.now = time.Now
 	}
 	if o.TracerProvider != nil {
 		t.tracer = o.TracerProvider.Tracer("github.com/fairgate/fairgate/admission/rls")
@@ -105,7 +112,8 @@ func (t *Telemetry) orNop(log *slog.Logger) *Telemetry {
 	if t != nil {
 		return t
 	}
-	return &Telemetry{log: log, logEvery: DefaultShadowLogEvery, lastShadow: make(map[string]time.Time)}
+	t, _ = NewTelemetry(TelemetryOptions{Logger: log}) // no registry: cannot fail
+	return t
 }
 
 // call is one ShouldRateLimit call being recorded.
@@ -154,7 +162,7 @@ func (c *call) verdict(v *verdict) {
 	}
 	if v.outcome == OutcomeShadowReject && t.log != nil {
 		key := c.domain + "\x00" + path
-		now := time.Now()
+		now := t.now()
 		t.mu.Lock()
 		ok := now.Sub(t.lastShadow[key]) >= t.logEvery
 		if ok {

@@ -82,19 +82,28 @@ func TestShadowLogBounded(t *testing.T) {
 		defer mu.Unlock()
 		return buf.Write(p)
 	}), nil))
-	tel, err := NewTelemetry(TelemetryOptions{Logger: log, ShadowLogEvery: time.Hour})
+	clock := newFakeClock()
+	tel, err := NewTelemetry(TelemetryOptions{Logger: log, ShadowLogEvery: time.Minute, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := start(t, Config{}, mustLoad(t, "testdata/shadow"), Options{Telemetry: tel})
+	lines := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(buf.String(), "would have rejected")
+	}
 	for range 20 {
 		h.call(t, request("rollout", 0, desc("user", "ann")))
 		h.call(t, request("rollout", 0, desc("user", "bo")))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if n := strings.Count(buf.String(), "would have rejected"); n != 1 {
-		t.Fatalf("%d shadow log lines for 34 shadow rejections of one descriptor, want 1:\n%s", n, buf.String())
+	if n := lines(); n != 1 {
+		t.Fatalf("%d shadow log lines for 34 shadow rejections of one descriptor, want 1", n)
+	}
+	clock.Advance(time.Minute)
+	h.call(t, request("rollout", 0, desc("user", "ann")))
+	if n := lines(); n != 2 {
+		t.Fatalf("a minute later: %d shadow log lines, want 2", n)
 	}
 }
 
