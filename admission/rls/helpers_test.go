@@ -4,9 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
-	"sync"
 	"testing"
-	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -14,34 +12,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
+	"github.com/fairgate/fairgate/internal/fakeclock"
 )
-
-// fakeClock is a settable clock for the embedded store.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // harness is a Server on a loopback port and a generated client of it.
 type harness struct {
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 	srv    *Server
-	clock  *fakeClock
+	clock  *fakeclock.Clock
 }
 
 // start serves rules under cfg on a loopback port until the test ends.
@@ -50,7 +29,7 @@ func start(t testing.TB, cfg Config, rules *Rules, o Options) *harness {
 	t.Helper()
 	h := &harness{}
 	if o.Store == nil {
-		h.clock = newFakeClock()
+		h.clock = fakeclock.New()
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: h.clock.Now})
 	}
 	cfg = cfg.withDefaults()

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/internal/fakeclock"
 )
 
 // TestOneSpanPerCall: each call is one admission.rls span naming the
@@ -82,7 +83,7 @@ func TestShadowLogBounded(t *testing.T) {
 		defer mu.Unlock()
 		return buf.Write(p)
 	}), nil))
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	tel, err := NewTelemetry(TelemetryOptions{Logger: log, ShadowLogEvery: time.Minute, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
