@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,11 +13,11 @@ import (
 )
 
 // newRedisStore returns a Redis store on addr, closed when t ends.
-func newRedisStore(t testing.TB, addr string) *redisstore.Store {
+func newRedisStore(t testing.TB, addrs ...string) *redisstore.Store {
 	t.Helper()
 	// Fail closed with a generous deadline: a decision Redis did not make
 	// is an error here, never a silent local one.
-	cfg := redisstore.Config{Addrs: []string{addr}, FailurePolicy: redisstore.FailClosed, Timeout: time.Second}
+	cfg := redisstore.Config{Addrs: addrs, Cluster: len(addrs) > 1, FailurePolicy: redisstore.FailClosed, Timeout: time.Second}
 	client, err := redisstore.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -70,5 +71,32 @@ func TestInstancesOnOneRedisAdmitAsOne(t *testing.T) {
 	// Another user has its own bucket, on both instances.
 	if resp := hs[1].call(t, request("q", 0, desc("user", "bo"))); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 29 {
 		t.Fatalf("another user: %v", resp)
+	}
+}
+
+// TestRedisCluster: on a three-master Redis Cluster, buckets of many
+// descriptors spread over the slots (each bucket its own hash tag) and
+// every one still admits exactly its limit.
+func TestRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	rules := mustRules(t, Source{"q.yaml", []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
+	h := start(t, Config{}, rules, Options{Store: newRedisStore(t, cl.Addrs()...)})
+	for u := range 20 {
+		user := "u" + strconv.Itoa(u)
+		for i := range 4 {
+			resp := h.call(t, request("q", 0, desc("user", user)))
+			if want := i == 3; (resp.OverallCode == over) != want {
+				t.Fatalf("%s call %d: %v", user, i+1, resp.OverallCode)
+			}
+		}
+	}
+	holding := 0
+	for _, a := range cl.Addrs() {
+		if n, err := redistest.Do(a, "DBSIZE"); err == nil && n != "0" {
+			holding++
+		}
+	}
+	if holding < 2 {
+		t.Fatalf("20 buckets on %d of 3 masters, want them spread", holding)
 	}
 }
