@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/admission/redisstore"
+	"github.com/fairgate/fairgate/admission/rls"
 	"github.com/fairgate/fairgate/tenant"
 )
 
@@ -48,6 +51,10 @@ type Config struct {
 
 	// Admin configures the admin listener's console.
 	Admin AdminConfig `yaml:"admin"`
+	// RLS, when set, also serves Envoy's rate limit service (gRPC) from
+	// envoyproxy/ratelimit config files, on the same store. Nil means
+	// off. `fairgate rls` runs it alone (see LoadRLS).
+	RLS *rls.Config `yaml:"rls"`
 }
 
 // AdminConfig configures the console on the admin listener.
@@ -150,19 +157,10 @@ func (c *Config) validate(needUpstream bool) error {
 	if s.MaxBodyBytes < 0 {
 		errs = append(errs, errors.New("server.max_body_bytes: must be >= 0 (0 means 10 MiB)"))
 	}
-	if c.Redis != nil {
-		if err := c.Redis.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, c.validateSections()...)
 	if u := c.Admin.JaegerUIURL; u != "" {
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			errs = append(errs, fmt.Errorf("admin.jaeger_ui_url: %q is not an http(s) URL with a host", u))
-		}
-	}
-	if c.Tracing != nil {
-		if err := c.Tracing.Validate(); err != nil {
-			errs = append(errs, err)
 		}
 	}
 	if reg, err := tenant.NewRegistry(c.Tenants); err != nil {
@@ -176,9 +174,26 @@ func (c *Config) validate(needUpstream bool) error {
 	return errors.Join(errs...)
 }
 
+// validateSections checks the optional sections serve and rls share:
+// redis, tracing and rls.
+func (c *Config) validateSections() []error {
+	var errs []error
+	for _, v := range []interface{ Validate() error }{c.Redis, c.Tracing, c.RLS} {
+		if reflect.ValueOf(v).IsNil() {
+			continue
+		}
+		if err := v.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 // Parse decodes a config document. Unknown fields are errors (a typo must
 // not be silently ignored), and so is a second document in the same file.
-func Parse(data []byte) (Config, error) { return parse(data, true) }
+func Parse(data []byte) (Config, error) {
+	return parseWith(data, func(c *Config) error { return c.validate(true) })
+}
 
 // ParseEmbedded is Parse for a service that embeds the admission middleware
 // (see the package example): upstream may be left out, since the handler
@@ -186,9 +201,25 @@ func Parse(data []byte) (Config, error) { return parse(data, true) }
 // max_body_bytes means anything there, and only if the embedder applies it
 // (http.MaxBytesHandler); listen, admin_listen, the timeouts and tracing
 // are the embedding server's business.
-func ParseEmbedded(data []byte) (Config, error) { return parse(data, false) }
+func ParseEmbedded(data []byte) (Config, error) {
+	return parseWith(data, func(c *Config) error { return c.validate(false) })
+}
 
-func parse(data []byte, needUpstream bool) (Config, error) {
+// parseWith decodes a config document and checks it with validate (and
+// for costs the file sets to 0).
+func parseWith(data []byte, validate func(*Config) error) (Config, error) {
+	c, err := decode(data)
+	if err != nil {
+		return c, err
+	}
+	if err := errors.Join(append(zeroCosts(data), validate(&c))...); err != nil {
+		return c, err
+	}
+	return c.withDefaults(), nil
+}
+
+// decode decodes a config document without validating it.
+func decode(data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -202,10 +233,7 @@ func parse(data []byte, needUpstream bool) (Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return c, errors.New("more than one YAML document")
 	}
-	if err := errors.Join(append(zeroCosts(data), c.validate(needUpstream))...); err != nil {
-		return c, err
-	}
-	return c.withDefaults(), nil
+	return c, nil
 }
 
 // zeroCosts finds the costs the file sets to 0 explicitly. In Go a zero
@@ -256,6 +284,8 @@ func Load(path string) (Config, error) { return load(path, Parse) }
 // LoadEmbedded is Load with ParseEmbedded: upstream may be left out.
 func LoadEmbedded(path string) (Config, error) { return load(path, ParseEmbedded) }
 
+// load reads the file at path and parses it with parse, prefixing every
+// error with the path.
 func load(path string, parse func([]byte) (Config, error)) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -264,6 +294,9 @@ func load(path string, parse func([]byte) (Config, error)) (Config, error) {
 	c, err := parse(data)
 	if err != nil {
 		return c, prefixLines(path, err)
+	}
+	if c.RLS != nil {
+		c.RLS.Configs = c.RLS.ResolvePaths(filepath.Dir(path))
 	}
 	return c, nil
 }

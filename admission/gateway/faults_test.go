@@ -203,6 +203,8 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 		t.Fatalf("upstream context: %v", err)
 	}
 	waitReleased(t, srv, "globex")
+	// The seat comes back before the 499 line is written: wait for it.
+	waitFor(t, func() bool { return strings.Contains(logs.String(), `"status":499`) })
 
 	var saw499 bool
 	for _, rec := range logs.records(t) {

@@ -83,34 +83,9 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	tel, err := newTelemetry(&o)
+	tel, closers, instances, err := prepare(cfg, &o)
 	if err != nil {
 		return nil, err
-	}
-	var closers []func() error
-	instances := 1
-	if o.Store == nil && cfg.Redis != nil {
-		client, err := redisstore.NewClient(*cfg.Redis)
-		if err != nil {
-			return nil, err
-		}
-		store, err := redisstore.New(client, *cfg.Redis, redisstore.Options{Now: o.Now, Logger: o.Logger,
-			OnPolicy: o.OnRedisPolicy, OnBreakerChange: o.OnBreakerChange})
-		if err != nil {
-			client.Close()
-			return nil, err
-		}
-		o.Store, instances = store, max(1, cfg.Redis.Instances)
-		closers = append(closers, store.Close, client.Close)
-	}
-	if o.Store == nil {
-		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
 	reg, err := tenant.NewRegistry(cfg.Tenants)
 	if err != nil {
@@ -177,6 +152,47 @@ func New(cfg Config, o Options) (*Server, error) {
 	return s, nil
 }
 
+// prepare fills o's defaults and builds what the gateway and the rate
+// limit service alone share: telemetry and the store (see newStore).
+func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, instances int, err error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if tel, err = newTelemetry(o); err != nil {
+		return nil, nil, 0, err
+	}
+	closers, instances, err = newStore(cfg, o)
+	return tel, closers, instances, err
+}
+
+// newStore sets o.Store, when nil, to the Redis store cfg.Redis describes
+// (with o's hooks) or else an embedded store. It returns what Close must
+// close and the number of instances sharing the store.
+func newStore(cfg Config, o *Options) (closers []func() error, instances int, err error) {
+	instances = 1
+	if o.Store == nil && cfg.Redis != nil {
+		client, err := redisstore.NewClient(*cfg.Redis)
+		if err != nil {
+			return nil, 0, err
+		}
+		store, err := redisstore.New(client, *cfg.Redis, redisstore.Options{Now: o.Now, Logger: o.Logger,
+			OnPolicy: o.OnRedisPolicy, OnBreakerChange: o.OnBreakerChange})
+		if err != nil {
+			client.Close()
+			return nil, 0, err
+		}
+		o.Store, instances = store, max(1, cfg.Redis.Instances)
+		closers = append(closers, store.Close, client.Close)
+	}
+	if o.Store == nil {
+		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
+	}
+	return closers, instances, nil
+}
+
 // Handler returns the gateway's public handler.
 func (s *Server) Handler() http.Handler { return s.edge }
 
@@ -215,6 +231,7 @@ func (s *Server) Reload(cfg Config) error {
 		{"listen", old.Listen != cfg.Listen}, {"admin_listen", old.AdminListen != cfg.AdminListen},
 		{"upstream", old.Upstream != cfg.Upstream}, {"server (timeouts, max_header_bytes)", oldSrv != newSrv},
 		{"redis", !reflect.DeepEqual(old.Redis, cfg.Redis)}, {"tracing", !reflect.DeepEqual(old.Tracing, cfg.Tracing)},
+		{"rls (the rule files themselves reload)", !reflect.DeepEqual(old.RLS, cfg.RLS)},
 	} {
 		if f.changed {
 			later = append(later, f.name)

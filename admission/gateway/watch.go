@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -65,13 +66,9 @@ func (s *Server) WatchConfig(path string, o WatchOptions) (*ConfigWatcher, error
 
 // Run reloads until ctx is done, then closes the watch.
 func (cw *ConfigWatcher) Run(ctx context.Context) error {
-	s, path, o, w := cw.s, cw.path, cw.o, cw.w
-	defer w.Close()
+	s, path, o := cw.s, cw.path, cw.o
 	last := cw.last
-	var mu sync.Mutex // serializes reloads from the timer and the signal
 	reload := func(force bool) {
-		mu.Lock()
-		defer mu.Unlock()
 		sum := fileHash(path)
 		s.log.Debug("config reread", "changed", sum != last)
 		if !force && sum == last {
@@ -93,7 +90,22 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 			o.OnReload(err)
 		}
 	}
-	settle := time.AfterFunc(time.Hour, func() { reload(false) })
+	return runWatch(ctx, cw.w, o, s.log, reload)
+}
+
+// runWatch is the event loop of the config watchers, until ctx is done;
+// then it closes w. A signal on o.Reload reloads at once (force true);
+// events in the watched folders reload once they have been quiet for
+// o.Settle. Reloads never overlap.
+func runWatch(ctx context.Context, w *fsnotify.Watcher, o WatchOptions, log *slog.Logger, reload func(force bool)) error {
+	defer w.Close()
+	var mu sync.Mutex // serializes reloads from the timer and the signal
+	do := func(force bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		reload(force)
+	}
+	settle := time.AfterFunc(time.Hour, func() { do(false) })
 	settle.Stop()
 	defer settle.Stop()
 	for {
@@ -101,9 +113,9 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-o.Reload:
-			reload(true)
+			do(true)
 		case ev, ok := <-w.Events:
-			s.log.Debug("config folder event", "event", ev.String())
+			log.Debug("config folder event", "event", ev.String())
 			if !ok {
 				return errors.New("gateway: config watcher closed")
 			}
@@ -112,7 +124,7 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("gateway: config watcher closed")
 			}
-			s.log.Warn("config watcher", "err", err.Error())
+			log.Warn("config watcher", "err", err.Error())
 		}
 	}
 }

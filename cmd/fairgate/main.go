@@ -1,6 +1,7 @@
 // Command fairgate is the admission-control and load-shedding gateway.
 //
-//	fairgate serve --config FILE     run the gateway
+//	fairgate serve --config FILE     run the gateway (and the Envoy rate limit service, with an rls section)
+//	fairgate rls --config FILE       run the Envoy rate limit service alone
 //	fairgate demo                    run the gateway and a demo API, embedded store
 //	fairgate demo-upstream           run only the demo API
 //	fairgate check-config FILE       validate a config file
@@ -30,6 +31,7 @@ import (
 
 	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/admission/redisstore"
+	"github.com/fairgate/fairgate/admission/rls"
 	"github.com/fairgate/fairgate/deploy/examples"
 	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/internal/tracelog"
@@ -40,12 +42,17 @@ const usage = `fairgate: admission control and load shedding for multi-tenant HT
 
 Usage:
   fairgate serve --config FILE      run the gateway in front of the config's upstream
+                                    (and Envoy's rate limit service when the config has an rls section)
+  fairgate rls --config FILE        run only Envoy's rate limit service (gRPC); the config needs rls,
+                                    and may hold only rls, redis, tracing and admin_listen
   fairgate demo [--listen ADDR]     run the gateway and a built-in demo API (embedded store)
   fairgate demo-upstream [--listen ADDR]
                                     run only the demo API (for serve with the demo config)
   fairgate bench [--scenario NAME] [--modes LIST] [--duration D] [--seed N] [--redis ADDR] [--out DIR]
                                     overload benchmarks (see bench/RESULTS.md)
-  fairgate check-config FILE        validate a config file; non-zero exit on error
+  fairgate check-config [--rls] FILE
+                                    validate a config file (--rls: one for fairgate rls) and the
+                                    rls section's rule files; non-zero exit on error
   fairgate hash-key                 read an API key on stdin, print the hash for the config
 `
 
@@ -64,6 +71,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stderr)
+	case "rls":
+		err = rlsCmd(ctx, args[1:], stderr)
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "demo-upstream":
@@ -113,40 +122,67 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
 	drain := fs.Duration("drain", 20*time.Second, "how long in-flight requests may take to finish on shutdown")
 	delay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, how long to keep serving after /readyz turns not-ready, before draining (load balancers still route meanwhile)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *path == "" {
-		return errors.New("--config FILE is required")
-	}
-	log, err := newLogger(stderr, *level)
+	path, log, cfg, err := loadConfig(fs, args, stderr, gateway.Load)
 	if err != nil {
 		return err
 	}
-	cfg, err := gateway.Load(*path)
-	if err != nil {
-		return err
-	}
-	srv, stop, err := newServer(ctx, log, cfg, serverOptions{})
+	srv, tp, stop, err := newServer(ctx, log, cfg, serverOptions{})
 	if err != nil {
 		return err
 	}
 	defer stop()
+	rlsSrv, err := srv.RLS(tp)
+	if err != nil {
+		return err
+	}
+	if rlsSrv != nil {
+		// The rate limit service stops with the gateway, also when the
+		// gateway fails to start.
+		rctx, cancel := context.WithCancel(ctx)
+		wait, err := startRLS(rctx, log, rlsSrv)
+		if err != nil {
+			cancel()
+			return err
+		}
+		defer func() {
+			cancel()
+			if err := wait(); err != nil {
+				log.Error("rls", "err", err.Error())
+			}
+		}()
+	}
 	// SIGHUP and changes to the file reload it; a bad file keeps the old
 	// config and logs the field-level error.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	watcher, err := srv.WatchConfig(*path, gateway.WatchOptions{Reload: hup, OnReload: srv.RecordReload})
+	watcher, err := srv.WatchConfig(path, gateway.WatchOptions{Reload: hup, OnReload: srv.RecordReload})
 	if err != nil {
 		return err
 	}
 	go watcher.Run(ctx)
 	return listenAndServe(ctx, log, srv, cfg.Listen, cfg.AdminListen, gateway.Shutdown{Delay: *delay, Drain: *drain})
+}
+
+// loadConfig parses a server command's flags (fs's own, plus --config and
+// --log-level), builds the logger and loads the config file with load.
+func loadConfig(fs *flag.FlagSet, args []string, stderr io.Writer, load func(string) (gateway.Config, error)) (string, *slog.Logger, gateway.Config, error) {
+	path := fs.String("config", "", "config file (YAML)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return "", nil, gateway.Config{}, err
+	}
+	if *path == "" {
+		return "", nil, gateway.Config{}, errors.New("--config FILE is required")
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return "", nil, gateway.Config{}, err
+	}
+	cfg, err := load(*path)
+	return *path, log, cfg, err
 }
 
 // startTracing builds the tracer provider from the config's tracing section
@@ -201,11 +237,11 @@ type serverOptions struct {
 // newServer starts tracing as cfg (or the OTEL_* environment) says and
 // builds the gateway; stop closes the gateway's store and flushes spans.
 // It logs what is on.
-func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, o serverOptions) (*gateway.Server, func(), error) {
+func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, o serverOptions) (*gateway.Server, trace.TracerProvider, func(), error) {
 	ring := gateway.NewTraceRing(0)
 	tp, tracing, stopTracing, err := startTracing(ctx, log, cfg.Tracing, ring, o)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts := gateway.Options{Logger: log, TracerProvider: tp}
 	if tp != nil {
@@ -214,7 +250,7 @@ func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, o serv
 	srv, err := gateway.New(cfg, opts)
 	if err != nil {
 		stopTracing()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	store := "embedded memory store"
 	if cfg.Redis != nil {
@@ -222,7 +258,7 @@ func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, o serv
 	}
 	log.Info("fairgate configured", "store", store, "tracing", tracing,
 		"tenants", len(srv.Gate().Registry().Tenants()), "jaeger_ui", cfg.Admin.JaegerUIURL)
-	return srv, func() {
+	return srv, tp, func() {
 		srv.Close()
 		stopTracing()
 	}, nil
@@ -276,7 +312,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer up.Close()
 	cfg.Upstream = "http://" + uln.Addr().String()
 	cfg.Listen, cfg.AdminListen = *listen, *admin
-	srv, stop, err := newServer(ctx, log, cfg, serverOptions{consoleTraces: true})
+	srv, _, stop, err := newServer(ctx, log, cfg, serverOptions{consoleTraces: true})
 	if err != nil {
 		return err
 	}
@@ -328,14 +364,27 @@ func demoUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func checkConfig(args []string, stdout io.Writer) error {
-	if len(args) != 1 {
-		return errors.New("usage: fairgate check-config FILE")
+	load, rlsOnly := gateway.Load, len(args) == 2 && args[0] == "--rls"
+	if rlsOnly {
+		load, args = gateway.LoadRLS, args[1:]
 	}
-	cfg, err := gateway.Load(args[0])
+	if len(args) != 1 {
+		return errors.New("usage: fairgate check-config [--rls] FILE")
+	}
+	cfg, err := load(args[0])
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d tiers, %d tenants, %d routes)\n", args[0], len(cfg.Tenants.Tiers), len(cfg.Tenants.Tenants), len(cfg.Admission.Routes))
+	if !rlsOnly {
+		fmt.Fprintf(stdout, "%s: ok (%d tiers, %d tenants, %d routes)\n", args[0], len(cfg.Tenants.Tiers), len(cfg.Tenants.Tenants), len(cfg.Admission.Routes))
+	}
+	if cfg.RLS != nil {
+		rules, err := rls.LoadRules(cfg.RLS.Configs)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: rls ok (domains: %s)\n", args[0], strings.Join(rules.Domains(), ", "))
+	}
 	return nil
 }
 

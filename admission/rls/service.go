@@ -1,0 +1,445 @@
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/ratelimit"
+)
+
+// Outcomes of one descriptor, the outcome label of
+// fairgate_rls_decisions_total.
+const (
+	OutcomeAdmit        = "admit"         // limited, and within its limit
+	OutcomeReject       = "reject"        // OVER_LIMIT
+	OutcomeShadowReject = "shadow_reject" // would have been OVER_LIMIT; answered OK (shadow mode)
+	OutcomeUnlimited    = "unlimited"     // rate_limit: {unlimited: true}, or replaced by another limit
+	OutcomeNoLimit      = "no_limit"      // no configured limit (or unknown domain)
+)
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService. Build it
+// with NewService; it is safe for concurrent use, and SetRules swaps the
+// rules under running calls.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	store   ratelimit.Store
+	rules   atomic.Pointer[Rules]
+	shadow  bool
+	headers bool
+	tel     *Telemetry
+}
+
+// Options are a Service's collaborators. The zero value works: an
+// embedded store, no logs, no traces, no metrics.
+type Options struct {
+	// Store decides. Nil means a new embedded MemoryStore.
+	Store ratelimit.Store
+	// Logger receives the service's logs (reloads, store faults, shadow
+	// rejections at most once per LogEvery per descriptor). Nil discards.
+	Logger *slog.Logger
+	// Telemetry records one admission.rls span per call and the
+	// decision metrics. Nil records nothing.
+	Telemetry *Telemetry
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// NewService returns a Service deciding rules under cfg's settings.
+func NewService(cfg Config, rules *Rules, o Options) (*Service, error) {
+	if rules == nil {
+		return nil, errors.New("rls: nil rules")
+	}
+	cfg = cfg.withDefaults()
+	if o.Store == nil {
+		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})
+	}
+	s := &Service{store: o.Store, shadow: cfg.Shadow, headers: *cfg.ResponseHeaders, tel: o.Telemetry.orNop(o.Logger)}
+	s.rules.Store(rules)
+	return s, nil
+}
+
+// SetRules puts rules in force for the calls that start from now on.
+func (s *Service) SetRules(r *Rules) { s.rules.Store(r) }
+
+// Rules returns the rules in force.
+func (s *Service) Rules() *Rules { return s.rules.Load() }
+
+// verdict is one descriptor's decision.
+type verdict struct {
+	node    *node
+	rule    *rule // nil: not limited
+	cost    float64
+	res     ratelimit.Result
+	over    bool // over the limit, before shadow mode
+	shadow  bool
+	outcome string
+}
+
+// ShouldRateLimit decides a request: each descriptor on its own bucket,
+// OVER_LIMIT overall if any descriptor not in shadow mode is over. A
+// malformed request is InvalidArgument; a store that cannot decide (the
+// Redis store under fail_closed) is Unavailable, so Envoy's
+// failure_mode_deny decides what the client sees.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	tree := s.rules.Load().domains[req.GetDomain()]
+	c := s.tel.start(ctx, req.GetDomain(), tree != nil)
+	resp, decider, vs, err := s.decide(ctx, req, tree)
+	for i := range vs {
+		c.verdict(&vs[i])
+	}
+	c.end(resp, decider, vs, err)
+	return resp, err
+}
+
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree *level) (*rlsv3.RateLimitResponse, *verdict, []verdict, error) {
+	if err := validate(req); err != nil {
+		return nil, nil, nil, err
+	}
+	vs := make([]verdict, len(req.Descriptors))
+	// Match every descriptor first: replaces needs the whole request.
+	var replaced map[string]bool
+	for i, d := range req.Descriptors {
+		v := &vs[i]
+		v.cost = cost(req, d)
+		v.outcome = OutcomeNoLimit
+		if tree == nil {
+			continue
+		}
+		v.node = tree.match(d.Entries)
+		if v.node != nil {
+			v.rule = v.node.limit
+			v.shadow = v.node.shadow
+		}
+		if o := d.GetLimit(); o != nil {
+			v.rule = overrideRule(o, v.node)
+		}
+		if v.rule != nil {
+			for _, n := range v.rule.replaces {
+				if replaced == nil {
+					replaced = make(map[string]bool)
+				}
+				replaced[n] = true
+			}
+		}
+	}
+	var decider *verdict
+	for i, d := range req.Descriptors {
+		v := &vs[i]
+		switch {
+		case v.rule == nil:
+			continue
+		case v.rule.unlimited, v.rule.configuredName != "" && replaced[v.rule.configuredName]:
+			v.outcome = OutcomeUnlimited
+			continue
+		case v.rule.requestsPerUnit == 0:
+			// A limit of zero refuses everything; no bucket to ask.
+			v.res = ratelimit.Result{RetryAfter: v.rule.window, ResetAfter: v.rule.window}
+		default:
+			r, err := s.store.Take(ctx, bucketKey(req.Domain, d.Entries), v.rule.limit, v.cost)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, v, nil, status.FromContextError(ctx.Err()).Err()
+				}
+				return nil, v, nil, status.Errorf(codes.Unavailable, "rls: rate store: %v", err)
+			}
+			v.res = r
+		}
+		v.over = !v.res.Allowed
+		v.outcome = OutcomeAdmit
+		if v.over {
+			v.outcome = OutcomeReject
+			if v.shadow || s.shadow {
+				v.outcome = OutcomeShadowReject
+			}
+		}
+		if decider == nil || rank(v) > rank(decider) || rank(v) == rank(decider) && v.res.Remaining < decider.res.Remaining {
+			decider = v
+		}
+	}
+	return s.response(vs, decider), decider, vs, nil
+}
+
+// rank orders verdicts for choosing the one that decided the call: a
+// rejection first, then a shadow rejection, then the tightest admit.
+func rank(v *verdict) int {
+	switch v.outcome {
+	case OutcomeReject:
+		return 2
+	case OutcomeShadowReject:
+		return 1
+	}
+	return 0
+}
+
+// validate rejects what Envoy never sends and no answer could mean.
+func validate(req *rlsv3.RateLimitRequest) error {
+	if req.GetDomain() == "" {
+		return status.Error(codes.InvalidArgument, "rls: domain: required")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return status.Error(codes.InvalidArgument, "rls: descriptors: at least one is required")
+	}
+	for i, d := range req.Descriptors {
+		if d == nil || len(d.Entries) == 0 {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries: at least one is required", i)
+		}
+		for j, e := range d.Entries {
+			if e == nil || e.Key == "" {
+				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries[%d].key: required", i, j)
+			}
+		}
+		if d.IsNegativeHits {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].is_negative_hits: not supported (a token bucket is never refunded)", i)
+		}
+		if o := d.GetLimit(); o != nil {
+			if _, ok := overrideUnits[o.Unit]; !ok {
+				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].limit.unit: unknown unit %v", i, o.Unit)
+			}
+			if m := o.GetUnitMultiplier(); m != nil && m.Value == 0 {
+				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].limit.unit_multiplier: must be >= 1", i)
+			}
+		}
+	}
+	return nil
+}
+
+// cost is the tokens descriptor d takes: its own hits_addend when set,
+// else the request's; zero means one.
+func cost(req *rlsv3.RateLimitRequest, d *ratelimitDescriptor) float64 {
+	if h := d.GetHitsAddend(); h != nil {
+		if h.Value == 0 {
+			return 1
+		}
+		return float64(h.Value)
+	}
+	if req.HitsAddend == 0 {
+		return 1
+	}
+	return float64(req.HitsAddend)
+}
+
+// match walks the tree with a request descriptor's entries and returns the
+// node the last entry reached, or nil when the descriptor leaves the tree.
+func (lvl *level) match(entries []*ratelimitEntry) *node {
+	var n *node
+	for _, e := range entries {
+		if n != nil {
+			lvl = &n.children
+		}
+		n = lvl.child(e.Key, e.Value)
+		if n == nil {
+			return nil
+		}
+	}
+	return n
+}
+
+// overrideUnits maps the request-level limit override's units to ours.
+var overrideUnits = map[typev3.RateLimitUnit]Unit{
+	typev3.RateLimitUnit_SECOND: UnitSecond, typev3.RateLimitUnit_MINUTE: UnitMinute,
+	typev3.RateLimitUnit_HOUR: UnitHour, typev3.RateLimitUnit_DAY: UnitDay,
+	typev3.RateLimitUnit_MONTH: UnitMonth, typev3.RateLimitUnit_YEAR: UnitYear,
+}
+
+// overrideRule is the rule of a request-level limit override (validated).
+// It keeps the matched node's name, so metrics and headers still name the
+// configured descriptor.
+func overrideRule(o *ratelimitOverride, n *node) *rule {
+	u := overrideUnits[o.Unit]
+	window := u.Duration()
+	if m := o.GetUnitMultiplier(); m != nil {
+		window *= time.Duration(m.Value)
+	}
+	name := "override"
+	if n != nil {
+		name = n.path
+		if n.limit != nil {
+			name = n.limit.name
+		}
+	}
+	r := newRule(name, o.RequestsPerUnit, u, window)
+	if m := o.GetUnitMultiplier(); m != nil && m.Value > 1 {
+		r.unitMultiplier = m.Value
+	}
+	return r
+}
+
+// maxPath is the longest descriptor path kept as it is in a bucket key;
+// longer ones are hashed, so a client's long values cost neither memory
+// nor Redis key space.
+const maxPath = 128
+
+// bucketKey names a descriptor's bucket: the domain and the request's
+// entries, each length-prefixed so that no two paths collide. Tenant
+// carries both (the Redis store hashes it into the key's hash tag, so
+// buckets spread over a cluster's slots); the "rls\x00" prefix keeps them
+// apart from tenants' buckets, whose IDs hold no NUL.
+func bucketKey(domain string, entries []*ratelimitEntry) ratelimit.BucketKey {
+	n := len(domain) + 8
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 8
+	}
+	b := make([]byte, 0, n)
+	b = append(b, "rls\x00"...)
+	b = strconv.AppendInt(b, int64(len(domain)), 10)
+	b = append(b, ':')
+	b = append(b, domain...)
+	for _, e := range entries {
+		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
+		b = append(b, ':')
+		b = append(b, e.Key...)
+		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+		b = append(b, ':')
+		b = append(b, e.Value...)
+	}
+	if len(b) > maxPath {
+		sum := sha256.Sum256(b)
+		return ratelimit.BucketKey{Tenant: "rls\x00#" + hex.EncodeToString(sum[:16])}
+	}
+	return ratelimit.BucketKey{Tenant: string(b)}
+}
+
+// response builds the answer from the verdicts.
+func (s *Service) response(vs []verdict, decider *verdict) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(vs))}
+	var retry time.Duration
+	for i := range vs {
+		v := &vs[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		if v.outcome != OutcomeAdmit && v.outcome != OutcomeReject && v.outcome != OutcomeShadowReject {
+			continue
+		}
+		st.CurrentLimit = v.rule.current()
+		st.LimitRemaining = uint32(min(math.Floor(v.res.Remaining), math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(untilReset(v))
+		if v.outcome == OutcomeReject {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			retry = max(retry, v.res.RetryAfter)
+		}
+	}
+	if s.headers && decider != nil {
+		resp.ResponseHeadersToAdd = headers(vs, decider, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, retry)
+	}
+	return resp
+}
+
+// untilReset is a descriptor's duration_until_reset: when over, the time
+// until its bucket holds the request's cost again (what Retry-After says);
+// else the time until the bucket is full.
+func untilReset(v *verdict) time.Duration {
+	if v.over {
+		return v.res.RetryAfter
+	}
+	return v.res.ResetAfter
+}
+
+// current is the rule as Envoy's current_limit.
+func (r *rule) current() *rlsv3.RateLimitResponse_RateLimit {
+	c := &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.requestsPerUnit, Unit: responseUnits[r.unit]}
+	if r.unitMultiplier > 1 {
+		c.UnitMultiplier = wrapUint32(r.unitMultiplier)
+	}
+	return c
+}
+
+var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
+	UnitNone: rlsv3.RateLimitResponse_RateLimit_UNKNOWN, UnitSecond: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	UnitMinute: rlsv3.RateLimitResponse_RateLimit_MINUTE, UnitHour: rlsv3.RateLimitResponse_RateLimit_HOUR,
+	UnitDay: rlsv3.RateLimitResponse_RateLimit_DAY, UnitWeek: rlsv3.RateLimitResponse_RateLimit_WEEK,
+	UnitMonth: rlsv3.RateLimitResponse_RateLimit_MONTH, UnitYear: rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// headers renders the client-facing headers: RateLimit-Policy lists every
+// limit that applied; RateLimit and RateLimit-Limit/-Remaining/-Reset
+// describe the one that decided (a rejection, else the fewest tokens
+// left), in its real state even under shadow mode; Retry-After, in whole
+// seconds (at least 1), when the answer is OVER_LIMIT.
+func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*corev3.HeaderValue {
+	// All values are written into one buffer, made one string and sliced,
+	// and the header values are one array: four allocations, not twenty.
+	var arr [256]byte
+	b := arr[:0]
+	var ends [len(headerKeys)]int
+	for i := range vs {
+		v := &vs[i]
+		if v.outcome != OutcomeAdmit && v.outcome != OutcomeReject && v.outcome != OutcomeShadowReject {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		q := quota(v)
+		b = admission.AppendPolicy(b, &q)
+	}
+	ends[0] = len(b)
+	q := quota(decider)
+	b = admission.AppendState(b, &q)
+	ends[1] = len(b)
+	b = strconv.AppendUint(b, uint64(decider.rule.requestsPerUnit), 10)
+	ends[2] = len(b)
+	b = strconv.AppendInt(b, int64(q.Remaining), 10)
+	ends[3] = len(b)
+	b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+	ends[4] = len(b)
+	n := len(headerKeys) - 1
+	if over {
+		b = strconv.AppendInt(b, ceilSeconds(retry, 1), 10)
+		ends[5] = len(b)
+		n++
+	}
+	all := string(b)
+	hv := make([]corev3.HeaderValue, n)
+	out := make([]*corev3.HeaderValue, n)
+	start := 0
+	for i := range n {
+		hv[i].Key, hv[i].Value = headerKeys[i], all[start:ends[i]]
+		out[i] = &hv[i]
+		start = ends[i]
+	}
+	return out
+}
+
+// headerKeys are the response headers, in the order headers writes them;
+// Retry-After, last, only when over the limit.
+var headerKeys = [...]string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After"}
+
+func quota(v *verdict) admission.QuotaState {
+	return admission.QuotaState{Name: v.rule.name, Limit: float64(v.rule.requestsPerUnit), Window: v.rule.window,
+		Remaining: math.Floor(v.res.Remaining), Reset: untilReset(v)}
+}
+
+// ceilSeconds is d in whole seconds, rounded up, at least least.
+func ceilSeconds(d time.Duration, least int64) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, least)
+}
+
+// The generated types of the request's descriptors, by shorter names.
+type (
+	ratelimitDescriptor = commonrl.RateLimitDescriptor
+	ratelimitEntry      = commonrl.RateLimitDescriptor_Entry
+	ratelimitOverride   = commonrl.RateLimitDescriptor_RateLimitOverride
+)
+
+func wrapUint32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }

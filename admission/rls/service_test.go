@@ -1,0 +1,407 @@
+package rls
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
+)
+
+const (
+	ok   = rlsv3.RateLimitResponse_OK
+	over = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// step is one call and what its answer must be. A want of -1 in remaining
+// means the status carries no limit (not limited).
+type step struct {
+	name      string
+	advance   time.Duration // clock moves first
+	req       *rlsv3.RateLimitRequest
+	overall   rlsv3.RateLimitResponse_Code
+	codes     []rlsv3.RateLimitResponse_Code
+	remaining []int64
+	reset     []time.Duration // duration_until_reset, when limited
+	limitName string          // current_limit.name of the first status, when set
+}
+
+func runSteps(t *testing.T, h *harness, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		h.clock.Advance(s.advance)
+		resp := h.call(t, s.req)
+		if resp.OverallCode != s.overall {
+			t.Fatalf("step %d (%s): overall %v, want %v", i, s.name, resp.OverallCode, s.overall)
+		}
+		if len(resp.Statuses) != len(s.req.Descriptors) {
+			t.Fatalf("step %d (%s): %d statuses for %d descriptors", i, s.name, len(resp.Statuses), len(s.req.Descriptors))
+		}
+		for j, st := range resp.Statuses {
+			if j < len(s.codes) && st.Code != s.codes[j] {
+				t.Errorf("step %d (%s): statuses[%d].code %v, want %v", i, s.name, j, st.Code, s.codes[j])
+			}
+			if j >= len(s.remaining) {
+				continue
+			}
+			if s.remaining[j] < 0 {
+				if st.CurrentLimit != nil {
+					t.Errorf("step %d (%s): statuses[%d] limited by %v, want no limit", i, s.name, j, st.CurrentLimit)
+				}
+				continue
+			}
+			if st.CurrentLimit == nil {
+				t.Errorf("step %d (%s): statuses[%d] has no current_limit", i, s.name, j)
+				continue
+			}
+			if got := int64(st.LimitRemaining); got != s.remaining[j] {
+				t.Errorf("step %d (%s): statuses[%d].limit_remaining %d, want %d", i, s.name, j, got, s.remaining[j])
+			}
+			if j < len(s.reset) {
+				if got := st.DurationUntilReset.AsDuration(); got != s.reset[j] {
+					t.Errorf("step %d (%s): statuses[%d].duration_until_reset %v, want %v", i, s.name, j, got, s.reset[j])
+				}
+			}
+		}
+		if s.limitName != "" && resp.Statuses[0].GetCurrentLimit().GetName() != s.limitName {
+			t.Errorf("step %d (%s): current_limit.name %q, want %q", i, s.name, resp.Statuses[0].GetCurrentLimit().GetName(), s.limitName)
+		}
+	}
+}
+
+func codesOf(c ...rlsv3.RateLimitResponse_Code) []rlsv3.RateLimitResponse_Code { return c }
+func rem(r ...int64) []int64                                                   { return r }
+func resets(d ...time.Duration) []time.Duration                                { return d }
+
+// TestEdgeConfig: testdata/edge.yaml decision by decision: a key-only
+// descriptor limits each value apart; a value beats the key-only rule; a
+// limit of zero refuses all; OVER_LIMIT carries the time until the bucket
+// holds the cost.
+func TestEdgeConfig(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	addr := func(a string) *rlsv3.RateLimitRequest { return request("edge", 0, desc("remote_address", a)) }
+	var steps []step
+	for i := range 5 {
+		steps = append(steps, step{name: "burst", req: addr("1.2.3.4"), overall: ok, codes: codesOf(ok), remaining: rem(int64(4 - i))})
+	}
+	steps = append(steps,
+		step{name: "6th in the second", req: addr("1.2.3.4"), overall: over, codes: codesOf(over), remaining: rem(0), reset: resets(200 * time.Millisecond)},
+		step{name: "another address has its own bucket", req: addr("5.6.7.8"), overall: ok, remaining: rem(4), reset: resets(200 * time.Millisecond)},
+		step{name: "a token back after 200ms", advance: 200 * time.Millisecond, req: addr("1.2.3.4"), overall: ok, remaining: rem(0), reset: resets(time.Second)},
+		step{name: "blocked address, most specific wins", req: addr("10.0.0.1"), overall: over, remaining: rem(0), reset: resets(time.Second)},
+		step{name: "login 1", req: request("edge", 0, desc("path", "/login")), overall: ok, remaining: rem(2), reset: resets(20 * time.Second), limitName: "login"},
+		step{name: "login 2", req: request("edge", 0, desc("path", "/login")), overall: ok, remaining: rem(1)},
+		step{name: "login 3", req: request("edge", 0, desc("path", "/login")), overall: ok, remaining: rem(0), reset: resets(time.Minute)},
+		step{name: "login 4 over", req: request("edge", 0, desc("path", "/login")), overall: over, remaining: rem(0), reset: resets(20 * time.Second)},
+		step{name: "other path: no limit", req: request("edge", 0, desc("path", "/other")), overall: ok, remaining: rem(-1)},
+		step{name: "two descriptors, one over", req: request("edge", 0, desc("remote_address", "9.9.9.9"), desc("path", "/login")),
+			overall: over, codes: codesOf(ok, over), remaining: rem(4, 0)},
+		step{name: "unknown key leaves the tree", req: request("edge", 0, desc("remote_address", "1.1.1.1", "extra", "x")), overall: ok, remaining: rem(-1)},
+	)
+	runSteps(t, h, steps)
+}
+
+// TestNestedConfig: testdata/nested.yaml: nested descriptors, exact value
+// before prefix before key-only, unlimited.
+func TestNestedConfig(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/nested.yaml"), Options{})
+	steps := []step{
+		{name: "client and route", req: request("api", 0, desc("client_id", "bob", "route", "/x")), overall: ok, remaining: rem(99), reset: resets(36 * time.Second)},
+		{name: "client alone has no limit", req: request("api", 0, desc("client_id", "bob")), overall: ok, remaining: rem(-1)},
+		{name: "premium 1", req: request("api", 0, desc("client_id", "premium")), overall: ok, remaining: rem(1)},
+		{name: "premium 2", req: request("api", 0, desc("client_id", "premium")), overall: ok, remaining: rem(0)},
+		{name: "premium 3", req: request("api", 0, desc("client_id", "premium")), overall: over, remaining: rem(0), reset: resets(500 * time.Millisecond)},
+		{name: "premium export 1", req: request("api", 0, desc("client_id", "premium", "route", "/export")), overall: ok, remaining: rem(1), limitName: "premium-export"},
+		{name: "premium export 2", req: request("api", 0, desc("client_id", "premium", "route", "/export")), overall: ok, remaining: rem(0)},
+		{name: "premium export 3", req: request("api", 0, desc("client_id", "premium", "route", "/export")), overall: over, remaining: rem(0), reset: resets(12 * time.Hour)},
+		{name: "premium prefix", req: request("api", 0, desc("client_id", "premium", "route", "/v1/users")), overall: ok, remaining: rem(3), limitName: "client_id=premium.route=/v1/*"},
+		{name: "premium unmatched route", req: request("api", 0, desc("client_id", "premium", "route", "/other")), overall: ok, remaining: rem(-1)},
+		{name: "unlimited", req: request("api", 0, desc("generic_key", "free")), overall: ok, remaining: rem(-1)},
+	}
+	runSteps(t, h, steps)
+}
+
+// TestHitsAddend: the request's hits_addend is the cost (0 means 1); a
+// descriptor's own hits_addend wins; a cost above what is left is refused
+// without taking anything.
+func TestHitsAddend(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	d := func() *commonrl.RateLimitDescriptor { return desc("remote_address", "1.2.3.4") }
+	one := d()
+	one.HitsAddend = wrapperspb.UInt64(1)
+	runSteps(t, h, []step{
+		{name: "3 hits", req: request("edge", 3, d()), overall: ok, remaining: rem(2)},
+		{name: "3 more: over, nothing taken", req: request("edge", 3, d()), overall: over, remaining: rem(2), reset: resets(200 * time.Millisecond)},
+		{name: "descriptor's own hits_addend 1", req: request("edge", 3, one), overall: ok, remaining: rem(1)},
+		{name: "0 means 1", req: request("edge", 0, d()), overall: ok, remaining: rem(0)},
+	})
+}
+
+// TestReplaces: a matched limit that replaces another by name leaves the
+// other descriptor unlimited in that request.
+func TestReplaces(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/replaces.yaml"), Options{})
+	runSteps(t, h, []step{
+		{name: "per-tenant 1", req: request("replaces", 0, desc("tenant", "zed")), overall: ok, remaining: rem(1)},
+		{name: "per-tenant 2", req: request("replaces", 0, desc("tenant", "zed")), overall: ok, remaining: rem(0)},
+		{name: "per-tenant 3", req: request("replaces", 0, desc("tenant", "zed")), overall: over},
+		{name: "vip replaces per-tenant", req: request("replaces", 0, desc("tenant", "zed"), desc("tenant_vip", "acme")),
+			overall: ok, codes: codesOf(ok, ok), remaining: rem(-1, 9)},
+	})
+}
+
+// TestLimitOverride: Envoy's request-level limit replaces the configured
+// one (and applies to a descriptor the config does not limit).
+func TestLimitOverride(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	d := desc("remote_address", "1.2.3.4")
+	d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
+	o := desc("path", "/unconfigured")
+	o.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(10)}
+	runSteps(t, h, []step{
+		{name: "override 1", req: request("edge", 0, d), overall: ok, remaining: rem(1), reset: resets(30 * time.Second)},
+		{name: "override 2", req: request("edge", 0, d), overall: ok, remaining: rem(0)},
+		{name: "override 3", req: request("edge", 0, d), overall: over, remaining: rem(0), reset: resets(30 * time.Second)},
+		{name: "unconfigured 1", req: request("edge", 0, o), overall: ok, remaining: rem(0), reset: resets(10 * time.Second)},
+		{name: "unconfigured 2", req: request("edge", 0, o), overall: over, reset: resets(10 * time.Second)},
+	})
+	resp := h.call(t, request("edge", 0, o))
+	if m := resp.Statuses[0].CurrentLimit.GetUnitMultiplier().GetValue(); m != 10 {
+		t.Errorf("current_limit.unit_multiplier %d, want 10", m)
+	}
+}
+
+// TestUnknownDomainOK: Envoy expects OK for a domain the service does not
+// know.
+func TestUnknownDomainOK(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	for range 10 {
+		resp := h.call(t, request("nope", 0, desc("remote_address", "1.2.3.4"), desc("path", "/login")))
+		if resp.OverallCode != ok || len(resp.Statuses) != 2 || resp.Statuses[0].Code != ok || len(resp.ResponseHeadersToAdd) != 0 {
+			t.Fatalf("unknown domain: %v", resp)
+		}
+	}
+}
+
+// TestMalformedRequests: InvalidArgument, never a panic or an OK.
+func TestMalformedRequests(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	neg := desc("remote_address", "a")
+	neg.IsNegativeHits = true
+	badUnit := desc("remote_address", "a")
+	badUnit.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	zeroMul := desc("remote_address", "a")
+	zeroMul.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(0)}
+	for _, tc := range []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+	}{
+		{"empty request", &rlsv3.RateLimitRequest{}},
+		{"no domain", request("", 0, desc("a", "b"))},
+		{"no descriptors", request("edge", 0)},
+		{"empty descriptor", request("edge", 0, desc())},
+		{"empty key", request("edge", 0, desc("", "b"))},
+		{"negative hits", request("edge", 0, neg)},
+		{"override without unit", request("edge", 0, badUnit)},
+		{"override multiplier 0", request("edge", 0, zeroMul)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.client.ShouldRateLimit(context.Background(), tc.req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("got %v, want InvalidArgument", err)
+			}
+		})
+	}
+}
+
+// TestResponseHeaders: the IETF RateLimit headers describe the descriptor
+// that decided; Retry-After only when over, in whole seconds, at least 1.
+func TestResponseHeaders(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	login := request("edge", 0, desc("remote_address", "1.2.3.4"), desc("path", "/login"))
+	resp := h.call(t, login)
+	for k, want := range map[string]string{
+		"RateLimit-Policy":    `"remote_address";q=5;w=1, "login";q=3;w=60`,
+		"RateLimit":           `"login";r=2;t=20`,
+		"RateLimit-Limit":     "3",
+		"RateLimit-Remaining": "2",
+		"RateLimit-Reset":     "20",
+		"Retry-After":         "",
+	} {
+		if got := header(resp, k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	h.call(t, login)
+	h.call(t, login)
+	resp = h.call(t, login)
+	if got := header(resp, "Retry-After"); got != "20" {
+		t.Errorf("over: Retry-After %q, want 20", got)
+	}
+	if got := header(resp, "RateLimit"); got != `"login";r=0;t=20` {
+		t.Errorf("over: RateLimit %q", got)
+	}
+	off := false
+	h2 := start(t, Config{ResponseHeaders: &off}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	if resp := h2.call(t, login); len(resp.ResponseHeadersToAdd) != 0 {
+		t.Errorf("response_headers: false: %v", resp.ResponseHeadersToAdd)
+	}
+}
+
+// TestShadowMatchesEnforcement: with shadow mode nothing is rejected, and
+// the would-be rejections equal what enforcement rejects on the same
+// traffic (the negative control: the enforced descriptor, same limit,
+// same calls). Tokens are taken as usual, so the remaining counts agree.
+func TestShadowMatchesEnforcement(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tel, err := NewTelemetry(TelemetryOptions{Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, Config{}, mustLoad(t, "testdata/shadow"), Options{Telemetry: tel})
+	var shadowOver, enforcedOver int
+	for i := range 40 {
+		if i%4 == 0 {
+			h.clock.Advance(250 * time.Millisecond)
+		}
+		user := []string{"ann", "bo"}[i%2]
+		s := h.call(t, request("rollout", 0, desc("user", user)))
+		e := h.call(t, request("rollout", 0, desc("enforced_user", user)))
+		if s.OverallCode != ok {
+			t.Fatalf("call %d: shadow descriptor answered %v", i, s.OverallCode)
+		}
+		if e.OverallCode == over {
+			enforcedOver++
+		}
+		if s.Statuses[0].LimitRemaining != e.Statuses[0].LimitRemaining {
+			t.Fatalf("call %d: shadow remaining %d, enforced %d", i, s.Statuses[0].LimitRemaining, e.Statuses[0].LimitRemaining)
+		}
+		if header(s, "Retry-After") != "" {
+			t.Fatalf("call %d: shadow answer has Retry-After", i)
+		}
+	}
+	shadowOver = int(testutil.ToFloat64(tel.decisions.WithLabelValues("rollout", "user", OutcomeShadowReject)))
+	rejected := int(testutil.ToFloat64(tel.decisions.WithLabelValues("rollout", "enforced_user", OutcomeReject)))
+	if enforcedOver == 0 || shadowOver != enforcedOver || rejected != enforcedOver {
+		t.Fatalf("shadow_reject %d, enforcement rejected %d (metric %d): want equal and > 0", shadowOver, enforcedOver, rejected)
+	}
+	if n := testutil.ToFloat64(tel.decisions.WithLabelValues("rollout", "user", OutcomeReject)); n != 0 {
+		t.Fatalf("shadow descriptor counted %v rejections", n)
+	}
+}
+
+// TestGlobalShadow: rls.shadow puts every descriptor in shadow mode; the
+// headers still describe the real state.
+func TestGlobalShadow(t *testing.T) {
+	h := start(t, Config{Shadow: true}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	for i := range 10 {
+		resp := h.call(t, request("edge", 0, desc("path", "/login")))
+		if resp.OverallCode != ok {
+			t.Fatalf("call %d: %v under global shadow", i, resp.OverallCode)
+		}
+		if i >= 3 && header(resp, "RateLimit-Remaining") != "0" {
+			t.Fatalf("call %d: RateLimit-Remaining %q, want the real 0", i, header(resp, "RateLimit-Remaining"))
+		}
+	}
+}
+
+// TestHealth: the health service answers SERVING for the server and for
+// the rate limit service while up (TestGracefulStop covers the stop).
+func TestHealth(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
+	hc := healthpb.NewHealthClient(h.conn)
+	for _, svc := range []string{"", ServiceName} {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", svc, r, err)
+		}
+	}
+}
+
+// TestReload: new rules apply to later calls; a bad file keeps the old.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rpu string) {
+		t.Helper()
+		data := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + rpu + "}\n"
+		if err := writeFile(dir+"/d.yaml", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("1")
+	srv, err := New(Config{Configs: []string{dir}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := func() uint32 {
+		resp, err := srv.Service().ShouldRateLimit(context.Background(), request("d", 0, desc("k", "v")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	if got := lim(); got != 1 {
+		t.Fatalf("limit %d, want 1", got)
+	}
+	write("7")
+	if err := srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := lim(); got != 7 {
+		t.Fatalf("after reload: limit %d, want 7", got)
+	}
+	write("x")
+	if err := srv.Reload(); err == nil {
+		t.Fatal("a bad file reloaded")
+	}
+	if got := lim(); got != 7 {
+		t.Fatalf("after a bad reload: limit %d, want 7", got)
+	}
+}
+
+// FuzzShouldRateLimit: any request is an answer or InvalidArgument, never
+// a panic, and an answer has one status per descriptor.
+func FuzzShouldRateLimit(f *testing.F) {
+	f.Add("edge", "remote_address", "1.2.3.4", "path", "/login", uint32(0), uint64(0), false, uint8(2))
+	f.Add("api", "client_id", "premium", "route", "/v1/x", uint32(3), uint64(7), true, uint8(1))
+	f.Add("", "", "", "", "", uint32(1<<31), uint64(1<<63), false, uint8(0))
+	rules := mustLoad(f, "testdata/edge.yaml", "testdata/nested.yaml", "testdata/replaces.yaml")
+	svc, err := NewService(Config{}, rules, Options{Store: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2 string, hits uint32, own uint64, override bool, n uint8) {
+		d := desc(k1, v1, k2, v2)
+		if own > 0 {
+			d.HitsAddend = wrapperspb.UInt64(own)
+		}
+		if override {
+			d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: hits, Unit: typev3.RateLimitUnit(n % 8)}
+		}
+		var ds []*commonrl.RateLimitDescriptor
+		for range n % 4 {
+			ds = append(ds, d)
+		}
+		req := request(domain, hits, ds...)
+		resp, err := svc.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("%v: %v", req, err)
+			}
+			return
+		}
+		if len(resp.Statuses) != len(ds) {
+			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
+		}
+	})
+}
