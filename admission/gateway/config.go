@@ -7,9 +7,9 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"strconv"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
