@@ -23,6 +23,7 @@ unit:
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime $(FUZZTIME) ./admission/ratelimit
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitHeaders$$' -fuzztime $(FUZZTIME) ./admission
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./admission
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./admission/gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractKey$$' -fuzztime $(FUZZTIME) ./tenant
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitField$$' -fuzztime $(FUZZTIME) ./client
