@@ -102,20 +102,22 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 	for _, m := range o.Modes {
 		switch m {
 		case "direct":
-		case "reverseproxy", "fairgate":
-			c, err := startChild(ctx, o.Binary, m, up.url)
-			if err != nil {
-				return nil, err
+		case "reverseproxy", "fairgate", "fairgate-429":
+			name := strings.TrimSuffix(m, "-429") // fairgate-429 is fairgate's server, flooded
+			if servers[name] == nil {
+				c, err := startChild(ctx, o.Binary, name, up.url)
+				if err != nil {
+					return nil, err
+				}
+				defer c.stop()
+				servers[name] = c
 			}
-			defer c.stop()
-			servers[m] = c
-		case "fairgate-429":
+			servers[m] = servers[name]
 		case "nginx", "haproxy":
 		default:
 			return nil, fmt.Errorf("bench: unknown throughput mode %q", m)
 		}
 	}
-	servers["fairgate-429"] = servers["fairgate"]
 	var rows []ThroughputRow
 	for round := 1; round <= o.Rounds; round++ {
 		for _, conns := range o.Conns {
@@ -125,8 +127,6 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 				switch {
 				case m == "nginx" || m == "haproxy":
 					row.Skipped = skipReason(m)
-				case srv == nil:
-					row.Skipped = "needs the fairgate mode"
 				default:
 					key := tenantKey
 					if m == "fairgate-429" {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -129,6 +130,19 @@ func throughput(ctx context.Context, out string, rounds int, connList string, d 
 func benchServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) != 2 {
 		return errors.New("usage: fairgate bench-server MODE UPSTREAM")
+	}
+	// FAIRGATE_CPUPROFILE=PREFIX writes each server's CPU profile to
+	// PREFIX.MODE (bench/PERF.md).
+	if prefix := os.Getenv("FAIRGATE_CPUPROFILE"); prefix != "" {
+		f, err := os.Create(prefix + "." + args[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	return bench.ServeThroughputChild(ctx, args[0], args[1], stdout)
 }
