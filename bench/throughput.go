@@ -32,7 +32,7 @@ import (
 // them, and the ratios are taken within a round.
 
 // ThroughputModes are the modes of the throughput scenario, in run order.
-var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "nginx", "haproxy"}
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "nginx", "nginx-429", "haproxy", "haproxy-429"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -100,23 +100,30 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 	defer up.stop()
 	servers := map[string]*child{"direct": up}
 	for _, m := range o.Modes {
-		switch m {
-		case "direct":
-		case "reverseproxy", "fairgate", "fairgate-429":
-			name := strings.TrimSuffix(m, "-429") // fairgate-429 is fairgate's server, flooded
-			if servers[name] == nil {
-				c, err := startChild(ctx, o.Binary, name, up.url)
-				if err != nil {
-					return nil, err
+		// NAME-429 floods the one over-quota key at NAME's server.
+		name := strings.TrimSuffix(m, "-429")
+		if servers[name] == nil {
+			var c *child
+			switch name {
+			case "reverseproxy", "fairgate":
+				c, err = startChild(ctx, o.Binary, name, up.url)
+			case "nginx":
+				if _, lerr := exec.LookPath("nginx"); lerr != nil {
+					continue // reported as skipped in every round
 				}
-				defer c.stop()
-				servers[name] = c
+				c, err = startNginx(ctx, up.url)
+			case "haproxy":
+				continue // reported as skipped in every round
+			default:
+				return nil, fmt.Errorf("bench: unknown throughput mode %q", m)
 			}
-			servers[m] = servers[name]
-		case "nginx", "haproxy":
-		default:
-			return nil, fmt.Errorf("bench: unknown throughput mode %q", m)
+			if err != nil {
+				return nil, err
+			}
+			defer c.stop()
+			servers[name] = c
 		}
+		servers[m] = servers[name]
 	}
 	var rows []ThroughputRow
 	for round := 1; round <= o.Rounds; round++ {
@@ -125,11 +132,11 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 				row := ThroughputRow{Round: round, Conns: conns, Mode: m}
 				srv := servers[m]
 				switch {
-				case m == "nginx" || m == "haproxy":
+				case srv == nil:
 					row.Skipped = skipReason(m)
 				default:
 					key := tenantKey
-					if m == "fairgate-429" {
+					if strings.HasSuffix(m, "-429") {
 						key = func(int) string { return floodKey }
 					}
 					row, err = measure(ctx, srv, up, conns, o.Duration, key)
@@ -154,7 +161,79 @@ func skipReason(name string) string {
 	if _, err := exec.LookPath(name); err != nil {
 		return name + " is not installed (make bench-deps)"
 	}
-	return "the " + name + " mode is not written yet"
+	return "the " + name + " mode is not written yet" // haproxy
+}
+
+// nginxConf is nginx in front of the upstream, limiting by key as the
+// issue's comparison did: limit_req keyed by the Authorization header, the
+// flood key at one request a minute, every other key far from binding.
+// One process (master_process off), so /proc/PID/stat is the server's.
+const nginxConf = `worker_processes 1;
+error_log {{dir}}/error.log crit;
+pid {{dir}}/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path {{dir}}/tmp;
+  proxy_temp_path {{dir}}/tmp;
+  fastcgi_temp_path {{dir}}/tmp;
+  uwsgi_temp_path {{dir}}/tmp;
+  scgi_temp_path {{dir}}/tmp;
+  map $http_authorization $flood { "Bearer {{flood}}" $http_authorization; default ""; }
+  map $http_authorization $tenant { "Bearer {{flood}}" ""; default $http_authorization; }
+  limit_req_zone $flood zone=flood:1m rate=1r/m;
+  limit_req_zone $tenant zone=tenants:10m rate=1000000r/s;
+  limit_req_status 429;
+  upstream up { server {{upstream}}; keepalive 64; }
+  server {
+    listen {{listen}};
+    location / {
+      limit_req zone=flood nodelay;
+      limit_req zone=tenants burst=1000000 nodelay;
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`
+
+// startNginx runs nginx (one process, no daemon) with nginxConf in a
+// temporary directory and waits until it accepts connections.
+func startNginx(ctx context.Context, upstream string) (*child, error) {
+	dir, err := os.MkdirTemp("", "fairgate-bench-nginx")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	conf := strings.NewReplacer("{{dir}}", dir, "{{flood}}", floodKey, "{{listen}}", listen,
+		"{{upstream}}", strings.TrimPrefix(upstream, "http://")).Replace(nginxConf)
+	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off; master_process off;")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, url: "http://" + listen, dir: dir}
+	for range 100 {
+		if conn, err := net.Dial("tcp", listen); err == nil {
+			conn.Close()
+			return c, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.stop()
+	return nil, errors.New("bench: nginx did not start listening")
 }
 
 // measure runs conns closed-loop connections against srv for d, each
@@ -224,6 +303,7 @@ func measure(ctx context.Context, srv, up *child, conns int, d time.Duration, ke
 type child struct {
 	cmd *exec.Cmd
 	url string
+	dir string // removed at stop, when set
 }
 
 // startChild runs `BINARY bench-server MODE UPSTREAM` with GOMAXPROCS=1
@@ -254,6 +334,9 @@ func startChild(ctx context.Context, bin, mode, upstream string) (*child, error)
 func (c *child) stop() {
 	c.cmd.Process.Signal(os.Interrupt)
 	c.cmd.Wait()
+	if c.dir != "" {
+		os.RemoveAll(c.dir)
+	}
 }
 
 func (c *child) cpu() time.Duration { return cpuOf(c.cmd.Process.Pid) }
@@ -370,7 +453,7 @@ func WriteThroughput(w io.Writer, rows []ThroughputRow) error {
 		}
 		byKey[k][r.Mode] = r
 	}
-	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate CPU µs per 200 − reverseproxy's | 429/s over fairgate 200/s |\n|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	keys := slices.Collect(func(yield func([2]int) bool) {
 		for k := range byKey {
 			if !yield(k) {
@@ -381,9 +464,11 @@ func WriteThroughput(w io.Writer, rows []ThroughputRow) error {
 	slices.SortFunc(keys, func(a, b [2]int) int { return a[0]*1e6 + a[1] - b[0]*1e6 - b[1] })
 	for _, k := range keys {
 		m := byKey[k]
-		fg, rp, d, rej := m["fairgate"], m["reverseproxy"], m["direct"], m["fairgate-429"]
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
-			diff(fg.ServerCPU, rp.ServerCPU), ratio(rej.Rejected, fg.OK))
+		fg, rp, d, ng := m["fairgate"], m["reverseproxy"], m["direct"], m["nginx"]
+		fgRej, ngRej := m["fairgate-429"], m["nginx-429"]
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
+			ratio(fg.OK, ng.OK), diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected),
+			ratio(fgRej.ServerCPU, ngRej.ServerCPU))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
