@@ -133,7 +133,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 				srv := servers[m]
 				switch {
 				case srv == nil:
-					row.Skipped = skipReason(m)
+					row.Skipped = skipReason(strings.TrimSuffix(m, "-429"))
 				default:
 					key := tenantKey
 					if strings.HasSuffix(m, "-429") {
