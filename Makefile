@@ -44,7 +44,7 @@ bench-throughput: build
 # packages), installed when missing.
 bench-deps:
 	@for p in wrk nginx haproxy; do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then sudo apt-get install -y $$missing; fi
+	if [ -n "$$missing" ]; then $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get install -y $$missing; fi
 
 deps:
 	.ci/deps.sh

@@ -107,13 +107,15 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 			switch name {
 			case "reverseproxy", "fairgate":
 				c, err = startChild(ctx, o.Binary, name, up.url)
-			case "nginx":
-				if _, lerr := exec.LookPath("nginx"); lerr != nil {
+			case "nginx", "haproxy":
+				if _, lerr := exec.LookPath(name); lerr != nil {
 					continue // reported as skipped in every round
 				}
-				c, err = startNginx(ctx, up.url)
-			case "haproxy":
-				continue // reported as skipped in every round
+				conf := nginxConf
+				if name == "haproxy" {
+					conf = haproxyConf
+				}
+				c, err = startExternal(ctx, name, conf, up.url)
 			default:
 				return nil, fmt.Errorf("bench: unknown throughput mode %q", m)
 			}
@@ -156,12 +158,10 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 	return rows, nil
 }
 
-// skipReason says why an external server's mode is skipped.
+// skipReason says why an external server's mode is skipped: the only
+// reason is a missing binary.
 func skipReason(name string) string {
-	if _, err := exec.LookPath(name); err != nil {
-		return name + " is not installed (make bench-deps)"
-	}
-	return "the " + name + " mode is not written yet" // haproxy
+	return name + " is not installed (make bench-deps)"
 }
 
 // nginxConf is nginx in front of the upstream, limiting by key as the
@@ -198,10 +198,34 @@ http {
 }
 `
 
-// startNginx runs nginx (one process, no daemon) with nginxConf in a
-// temporary directory and waits until it accepts connections.
-func startNginx(ctx context.Context, upstream string) (*child, error) {
-	dir, err := os.MkdirTemp("", "fairgate-bench-nginx")
+// haproxyConf is HAProxy in front of the upstream, one thread, limiting by
+// key with a stick table as the issue's comparison did: every key
+// tracked, the flood key denied (429) above one request a minute.
+const haproxyConf = `global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend fe
+  bind {{listen}}
+  stick-table type string len 128 size 100k expire 60s store http_req_rate(60s)
+  http-request track-sc0 req.hdr(authorization)
+  acl flood req.hdr(authorization) -m str "Bearer {{flood}}"
+  http-request deny deny_status 429 if flood { sc_http_req_rate(0) gt 1 }
+  default_backend be
+backend be
+  server up {{upstream}}
+`
+
+// startExternal runs an external server (nginx or haproxy) in the
+// foreground as one process, with its config from the template conf in a
+// temporary directory, and waits until it accepts connections.
+func startExternal(ctx context.Context, name, conf, upstream string) (*child, error) {
+	dir, err := os.MkdirTemp("", "fairgate-bench-"+name)
 	if err != nil {
 		return nil, err
 	}
@@ -214,12 +238,17 @@ func startNginx(ctx context.Context, upstream string) (*child, error) {
 	}
 	listen := ln.Addr().String()
 	ln.Close()
-	conf := strings.NewReplacer("{{dir}}", dir, "{{flood}}", floodKey, "{{listen}}", listen,
-		"{{upstream}}", strings.TrimPrefix(upstream, "http://")).Replace(nginxConf)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600); err != nil {
+	conf = strings.NewReplacer("{{dir}}", dir, "{{flood}}", floodKey, "{{listen}}", listen,
+		"{{upstream}}", strings.TrimPrefix(upstream, "http://")).Replace(conf)
+	file := filepath.Join(dir, name+".conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, "nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off; master_process off;")
+	args := []string{"-f", file, "-db"}
+	if name == "nginx" {
+		args = []string{"-p", dir, "-c", file, "-g", "daemon off; master_process off;"}
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -233,7 +262,7 @@ func startNginx(ctx context.Context, upstream string) (*child, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	c.stop()
-	return nil, errors.New("bench: nginx did not start listening")
+	return nil, fmt.Errorf("bench: %s did not start listening", name)
 }
 
 // measure runs conns closed-loop connections against srv for d, each
