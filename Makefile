@@ -2,7 +2,7 @@
 GO      ?= go
 FUZZTIME ?= 3s
 
-.PHONY: test vet unit fuzz-short build bench deps
+.PHONY: test vet unit fuzz-short build bench bench-throughput bench-deps deps
 
 # vet, the race-enabled test suite against real redis-server processes and a
 # real Jaeger (both installed or built by .ci/deps.sh when missing), and each
@@ -23,6 +23,7 @@ unit:
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime $(FUZZTIME) ./admission/ratelimit
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitHeaders$$' -fuzztime $(FUZZTIME) ./admission
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./admission
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./admission/gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractKey$$' -fuzztime $(FUZZTIME) ./tenant
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRules$$' -fuzztime $(FUZZTIME) ./admission/rls
@@ -35,6 +36,17 @@ build:
 # Microbenchmarks of every hot path.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Proxied req/s, 429s/s and CPU per request of each server on one core,
+# interleaved rounds at -c8 and -c64 (bench/PERF.md).
+bench-throughput: build
+	bin/fairgate bench --scenario throughput --rounds 3 --duration 5s --out bench-out
+
+# The external servers the throughput scenario compares with (Debian
+# packages), installed when missing.
+bench-deps:
+	@for p in wrk nginx haproxy; do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get install -y $$missing; fi
 
 deps:
 	.ci/deps.sh

@@ -51,10 +51,13 @@ func bufferBody(r *http.Request) error {
 // decision: 413 when the body outgrew the limit, the context's error when
 // the client went away, 400 otherwise.
 func readBody(ctx context.Context, req Request, d *Decision) error {
-	if req.ReadBody == nil {
-		return nil
+	var err error
+	switch {
+	case req.ReadBody != nil:
+		err = req.ReadBody()
+	case req.bodyOf != nil:
+		err = bufferBody(req.bodyOf)
 	}
-	err := req.ReadBody()
 	if err == nil {
 		return nil
 	}

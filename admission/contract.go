@@ -1,11 +1,13 @@
 package admission
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 )
 
 // ceilSeconds returns d in whole seconds, rounded up, at least min.
@@ -43,7 +45,7 @@ type Rejection struct {
 // WriteRejection writes d's rejection as the client contract says: status,
 // Retry-After and the JSON body, from the row of d.Reason.
 func WriteRejection(w http.ResponseWriter, d *Decision, reqID string) {
-	writeReason(w, d.Reason, d.RetryAfter, reqID, d, d.detail)
+	writeReason(w, d.Reason, d.RetryAfter, reqID, msgArgs{d.Tenant, d.Route, d.detail}, nil)
 }
 
 // WriteReason writes the contract's answer for r outside a decision: the
@@ -52,26 +54,44 @@ func WriteRejection(w http.ResponseWriter, d *Decision, reqID string) {
 // 429 or 503 (at least one second is sent); detail, when set, completes the
 // messages that take one (ReasonMalformedBody: what was wrong).
 func WriteReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID, detail string) {
-	writeReason(w, r, retry, reqID, nil, detail)
+	writeReason(w, r, retry, reqID, msgArgs{detail: detail}, nil)
 }
 
+// rejectBuffers are the buffers a rejection's message and JSON body are
+// appended to before the body is written (the ResponseWriter copies it).
+var rejectBuffers = sync.Pool{New: func() any {
+	return &rejectBuffer{msg: make([]byte, 0, 256), body: make([]byte, 0, 512)}
+}}
+
+type rejectBuffer struct{ msg, body []byte }
+
 // writeReason is the one place an answer of fairgate's own becomes a
-// response.
-func writeReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID string, d *Decision, detail string) {
+// response. The header values are kept in t (nil: allocated one by one),
+// the body is appended into a pooled buffer: a rejection allocates nothing
+// of its own but t.
+func writeReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID string, m msgArgs, t *answerText) {
 	row := r.row()
-	body := Rejection{Error: row.errWord, Layer: row.layer.String(), Reason: row.word, RequestID: reqID,
-		Message: r.message(d, detail)}
+	body := Rejection{Error: row.errWord, Layer: row.layer.String(), Reason: row.word, RequestID: reqID}
+	buf := rejectBuffers.Get().(*rejectBuffer)
+	msg := r.appendMessage(buf.msg[:0], m)
+	h := w.Header()
 	switch row.status {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
 		// The rest of the request may still be on the wire.
-		w.Header().Set("Connection", "close")
+		t.setString(h, "Connection", "close")
 	case http.StatusUnauthorized:
-		w.Header().Set("WWW-Authenticate", `Bearer realm="fairgate"`)
+		t.setString(h, "Www-Authenticate", `Bearer realm="fairgate"`)
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		body.RetryAfter = ceilSeconds(retry, 1)
-		body.Message += " Retry after " + strconv.FormatInt(body.RetryAfter, 10) + "s."
+		msg = append(strconv.AppendInt(append(msg, " Retry after "...), body.RetryAfter, 10), "s."...)
 	}
-	WriteError(w, row.status, &body)
+	// The message is read in place: body does not outlive this call, and
+	// msg is not written again before buf goes back to the pool.
+	body.Message = unsafe.String(unsafe.SliceData(msg), len(msg))
+	buf.body = appendRejection(buf.body[:0], &body)
+	buf.msg = msg
+	writeJSON(w, row.status, &body, buf.body, t)
+	rejectBuffers.Put(buf)
 }
 
 // WriteError writes body as JSON with status, and Retry-After when
@@ -79,13 +99,84 @@ func writeReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID str
 // this is for a front end that must answer in the same shape for reasons
 // of its own (the benchmark's baseline limiters).
 func WriteError(w http.ResponseWriter, status int, body *Rejection) {
+	buf := rejectBuffers.Get().(*rejectBuffer)
+	buf.body = appendRejection(buf.body[:0], body)
+	writeJSON(w, status, body, buf.body, nil)
+	rejectBuffers.Put(buf)
+}
+
+// writeJSON writes the headers of body and then js, its JSON.
+func writeJSON(w http.ResponseWriter, status int, body *Rejection, js []byte, t *answerText) {
 	h := w.Header()
 	if body.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(body.RetryAfter, 10))
+		var arr [20]byte
+		t.set(h, "Retry-After", strconv.AppendInt(arr[:0], body.RetryAfter, 10))
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	t.setString(h, "Content-Type", "application/json")
+	t.setString(h, "Cache-Control", "no-store")
 	w.WriteHeader(status)
-	b, _ := json.Marshal(body) // a struct of strings and ints cannot fail
-	w.Write(append(b, '\n'))
+	w.Write(js)
+}
+
+// appendRejection appends r as encoding/json marshals it, and a newline.
+func appendRejection(b []byte, r *Rejection) []byte {
+	b = appendJSONString(append(b, `{"error":`...), r.Error)
+	b = appendJSONString(append(b, `,"message":`...), r.Message)
+	b = appendJSONString(append(b, `,"layer":`...), r.Layer)
+	b = appendJSONString(append(b, `,"reason":`...), r.Reason)
+	b = strconv.AppendInt(append(b, `,"retry_after":`...), r.RetryAfter, 10)
+	b = appendJSONString(append(b, `,"request_id":`...), r.RequestID)
+	return append(b, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string exactly as encoding/json
+// writes it: HTML-safe (<, > and & escaped), U+2028 and U+2029 escaped,
+// and invalid UTF-8 replaced by U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hexd = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexd[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(append(b, s[start:]...), '"')
 }

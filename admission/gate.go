@@ -170,6 +170,11 @@ type Request struct {
 	// request: *http.MaxBytesError is 413 body_too_large, a cancelled
 	// context is returned as it is, anything else is 400 malformed_body.
 	ReadBody func() error
+
+	// bodyOf, when ReadBody is nil, is the request whose body is read
+	// there (bufferBody): the middleware's way of asking for it without a
+	// closure per request.
+	bodyOf *http.Request
 }
 
 // Check runs the pipeline for one request. It returns the decision; the

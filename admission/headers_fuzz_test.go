@@ -213,7 +213,7 @@ func FuzzRateLimitHeaders(f *testing.F) {
 			admissible = admissible && (n == "tenant" || tenant.ValidID(n))
 		}
 		h := http.Header{}
-		writeRateLimitHeaders(h, &d)
+		writeRateLimitHeaders(h, &d, new(answerText))
 		if !admissible {
 			for k, vs := range h {
 				for _, v := range vs {
@@ -250,7 +250,7 @@ func TestRateLimitHeadersQuoteAnyName(t *testing.T) {
 		d := Decision{NQuotas: 1}
 		d.Quotas[0] = QuotaState{Name: name, Limit: 10, Window: time.Second, Remaining: 5}
 		h := http.Header{}
-		writeRateLimitHeaders(h, &d)
+		writeRateLimitHeaders(h, &d, new(answerText))
 		for _, f := range []string{"Ratelimit-Policy", "Ratelimit"} {
 			if _, err := parseSFList(h.Get(f)); err != nil {
 				t.Errorf("name %q: %s: %v", name, f, err)

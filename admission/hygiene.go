@@ -97,15 +97,23 @@ func hasPrefixFoldUnderscore(s, prefix string) bool {
 	return true
 }
 
+// NewRequestID returns a new request ID: 16 random hex digits.
 func NewRequestID() string {
 	var b [16]byte
+	return string(appendRequestID(b[:0]))
+}
+
+// appendRequestID appends a new request ID to b.
+func appendRequestID(b []byte) []byte {
 	const hexd = "0123456789abcdef"
 	a, c := rand.Uint64(), rand.Uint64()
 	for i := range 8 {
-		b[i] = hexd[(a>>(4*i))&0xf]
-		b[8+i] = hexd[(c>>(4*i))&0xf]
+		b = append(b, hexd[(a>>(4*i))&0xf])
 	}
-	return string(b[:])
+	for i := range 8 {
+		b = append(b, hexd[(c>>(4*i))&0xf])
+	}
+	return b
 }
 
 // hideCredential removes the credential that identified the request, so

@@ -45,16 +45,11 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		prio, hasPrio := g.trustedPriority(r)
 		stripClientHeaders(r.Header)
-		reqID := w.Header().Get(HeaderRequestID)
-		if reqID == "" {
-			reqID = NewRequestID()
-			w.Header().Set(HeaderRequestID, reqID)
-		}
 		ctx := r.Context()
 		req := Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.RawPath, Header: r.Header, RemoteAddr: r.RemoteAddr,
 			Priority: prio, HasPriority: hasPrio}
 		if call == upstreamCalledByNext {
-			req.ReadBody = func() error { return bufferBody(r) }
+			req.bodyOf = r
 		}
 		d, err := g.check(ctx, req)
 		if err != nil {
@@ -62,23 +57,43 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			w.WriteHeader(StatusClientClosedRequest)
 			return
 		}
-		lease := d.Lease()
-		if d.Allowed && call == upstreamIsNext && !lease.StartUpstream(ctx) {
-			d.reject(ReasonLimitReached, time.Second)
+		// What the request keeps is allocated once, now that the
+		// decision says which: an admitted request's state (its decision,
+		// which the handler reads from the context, and the text of its
+		// headers), or a rejection's header text alone.
+		var st *admitted
+		var t *answerText
+		dp := &d
+		if d.Allowed {
+			st = &admitted{Context: ctx, d: d} // d's lease moves: nothing holds it yet
+			dp, t = &st.d, &st.text
+		} else {
+			t = new(answerText)
 		}
-		g.record(ctx, &d, reqID)
+		lease := dp.Lease()
+		if dp.Allowed && call == upstreamIsNext && !lease.StartUpstream(ctx) {
+			dp.reject(ReasonLimitReached, time.Second)
+		}
+		h := w.Header()
+		reqID := h.Get(HeaderRequestID)
+		if reqID == "" {
+			var id [16]byte
+			reqID = t.set(h, HeaderRequestID, appendRequestID(id[:0]))
+		}
+		g.record(ctx, dp, reqID)
 		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
-			d.Annotate(sp)
+			dp.Annotate(sp)
 		}
 		if g.log.Enabled(ctx, slog.LevelDebug) {
-			g.logDecision(ctx, &d, reqID)
+			g.logDecision(ctx, dp, reqID)
 		}
-		writeRateLimitHeaders(w.Header(), &d)
-		if !d.Allowed {
-			WriteRejection(w, &d, reqID)
+		writeRateLimitHeaders(h, dp, t)
+		if !dp.Allowed {
+			writeReason(w, dp.Reason, dp.RetryAfter, reqID, msgArgs{dp.Tenant, dp.Route, dp.detail}, t)
 			return
 		}
-		tw := &trackingWriter{ResponseWriter: w}
+		tw := &st.tw
+		tw.ResponseWriter = w
 		defer func() {
 			lease.Release()
 			if p := recover(); p != nil {
@@ -86,17 +101,37 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			}
 		}()
 		if g.cfg.Load().hideCredentials {
-			hideCredential(r.Header, d.credential)
+			hideCredential(r.Header, dp.credential)
 		}
-		if d.Tenant != nil { // nil on an auth: none route
-			r.Header.Set(HeaderTenantID, d.Tenant.ID)
-			r.Header.Set(HeaderTenantTier, d.Tenant.Tier)
+		if dp.Tenant != nil { // nil on an auth: none route
+			t.setString(r.Header, HeaderTenantID, dp.Tenant.ID)
+			t.setString(r.Header, HeaderTenantTier, dp.Tenant.Tier)
 		}
-		next.ServeHTTP(tw, r.WithContext(context.WithValue(ctx, decisionKey{}, &d)))
+		next.ServeHTTP(tw, r.WithContext(st))
 		if call == upstreamIsNext && ctx.Err() == nil {
 			lease.Answered()
 		}
 	})
+}
+
+// admitted is what an admitted request keeps while the handler runs, in
+// one allocation: the request's context, which carries the decision
+// (FromContext), the writer that notes the response has begun, and the
+// text of the headers the gate set.
+type admitted struct {
+	context.Context
+	d    Decision
+	tw   trackingWriter
+	text answerText
+}
+
+// Value returns the request's decision for decisionKey, and defers to the
+// parent context for every other key.
+func (a *admitted) Value(key any) any {
+	if _, ok := key.(decisionKey); ok {
+		return &a.d
+	}
+	return a.Context.Value(key)
 }
 
 // handlerPanicked contains a panic in the handler behind the middleware

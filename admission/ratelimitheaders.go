@@ -11,13 +11,10 @@ import (
 // They say only what is known: a bucket the store answered for without
 // reading it (a failure policy, a cached denial) has a policy item but no
 // state item, and the trio describes a bucket whose state is known, or is
-// left out.
-func writeRateLimitHeaders(h http.Header, d *Decision) {
-	// The values are written into one buffer, made one string and sliced:
-	// two allocations instead of a dozen.
-	var arr [256]byte
+// left out. The values are kept in t (no allocation of their own).
+func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
+	var arr [128]byte
 	b := arr[:0]
-	var ends [5]int
 	low := -1
 	for i := range d.NQuotas {
 		q := &d.Quotas[i]
@@ -35,46 +32,26 @@ func writeRateLimitHeaders(h http.Header, d *Decision) {
 	if len(b) == 0 {
 		return
 	}
-	ends[0] = len(b)
-	n := 1
-	if low >= 0 {
-		first := true
-		for i := range d.NQuotas {
-			q := &d.Quotas[i]
-			if q.Name == "" || q.StateUnknown {
-				continue
-			}
-			if !first {
-				b = append(b, ", "...)
-			}
-			first = false
-			b = AppendState(b, q)
-		}
-		ends[1] = len(b)
-		q := &d.Quotas[low]
-		b = strconv.AppendInt(b, int64(q.Limit), 10)
-		ends[2] = len(b)
-		b = strconv.AppendInt(b, int64(q.Remaining), 10)
-		ends[3] = len(b)
-		b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
-		ends[4] = len(b)
-		n = 5
-	}
-	all := string(b)
-	vals := make([]string, n)
-	start := 0
-	for i, end := range ends[:n] {
-		vals[i] = all[start:end]
-		start = end
-	}
-	h["Ratelimit-Policy"] = vals[0:1:1]
-	if n == 1 {
+	t.set(h, "Ratelimit-Policy", b)
+	if low < 0 {
 		return
 	}
-	h["Ratelimit"] = vals[1:2:2]
-	h["Ratelimit-Limit"] = vals[2:3:3]
-	h["Ratelimit-Remaining"] = vals[3:4:4]
-	h["Ratelimit-Reset"] = vals[4:5:5]
+	b = b[:0]
+	for i := range d.NQuotas {
+		q := &d.Quotas[i]
+		if q.Name == "" || q.StateUnknown {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = AppendState(b, q)
+	}
+	t.set(h, "Ratelimit", b)
+	q := &d.Quotas[low]
+	t.set(h, "Ratelimit-Limit", strconv.AppendInt(b[:0], int64(q.Limit), 10))
+	t.set(h, "Ratelimit-Remaining", strconv.AppendInt(b[:0], int64(q.Remaining), 10))
+	t.set(h, "Ratelimit-Reset", strconv.AppendInt(b[:0], ceilSeconds(q.Reset, 0), 10))
 }
 
 // AppendPolicy appends q as an item of the RateLimit-Policy field:

@@ -3,6 +3,8 @@ package admission
 import (
 	"net/http"
 	"strconv"
+
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // Reason is why fairgate refused a request or could not serve it: one row
@@ -52,10 +54,19 @@ type reasonRow struct {
 	status int
 	// errWord is the JSON body's "error": what kind of answer this is.
 	errWord string
-	// message explains the answer to a person; d is the decision (nil
-	// outside the pipeline), detail an optional cause. The rendering adds
-	// "Retry after Ns." to every 429 and 503.
-	message func(d *Decision, detail string) string
+	// message appends the explanation of the answer for a person to b.
+	// The rendering adds "Retry after Ns." to every 429 and 503.
+	message func(b []byte, m msgArgs) []byte
+}
+
+// msgArgs is what a message may name: the decision's tenant and route (nil
+// outside the pipeline) and an optional cause. A value, so that rendering a
+// message through the table's function fields moves no Decision to the
+// heap.
+type msgArgs struct {
+	tenant *tenant.Tenant
+	route  *Route
+	detail string
 }
 
 const (
@@ -79,26 +90,29 @@ var reasons = [...]reasonRow{
 	ReasonAnonymousQuota: {"anonymous_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
 		text("Too many requests to routes without credentials from this address.")},
 	ReasonTenantQuota: {"tenant_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
-		func(d *Decision, _ string) string {
-			return "Tenant " + d.Tenant.ID + " is over its " + d.Tenant.Tier + " rate quota (" + d.Route.Name + " costs " +
-				strconv.FormatFloat(d.Route.Cost, 'f', -1, 64) + " tokens)."
+		func(b []byte, m msgArgs) []byte {
+			b = append(append(append(append(append(append(b, "Tenant "...), m.tenant.ID...), " is over its "...), m.tenant.Tier...),
+				" rate quota ("...), m.route.Name...)
+			b = strconv.AppendFloat(append(b, " costs "...), m.route.Cost, 'f', -1, 64)
+			return append(b, " tokens)."...)
 		}},
 	ReasonGroupQuota: {"group_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
-		func(d *Decision, _ string) string {
-			return "Tenant " + d.Tenant.ID + " is over its quota for " + d.Route.Group + " requests."
+		func(b []byte, m msgArgs) []byte {
+			return append(append(append(append(append(b, "Tenant "...), m.tenant.ID...), " is over its quota for "...),
+				m.route.Group...), " requests."...)
 		}},
 	ReasonGlobalBackstop: {"global_backstop", LayerRate, http.StatusServiceUnavailable, errOverloaded,
-		func(d *Decision, _ string) string {
-			return "The service is overloaded (rate: global_backstop) and tenant " + d.Tenant.ID +
-				" is above its fair share of it; this is not your quota, and tenants within their shares are still served."
+		func(b []byte, m msgArgs) []byte {
+			return append(append(append(b, "The service is overloaded (rate: global_backstop) and tenant "...), m.tenant.ID...),
+				" is above its fair share of it; this is not your quota, and tenants within their shares are still served."...)
 		}},
 	ReasonStoreUnavailable: {"store_unavailable", LayerRate, http.StatusServiceUnavailable, errOverloaded, nil},
 	ReasonInvalidTake: {"invalid_take", LayerRate, http.StatusInternalServerError, "internal_error",
 		text("The request's rate limit could not be applied; the operator has been told.")},
 
 	ReasonMaxConcurrent: {"max_concurrent", LayerConcurrency, http.StatusTooManyRequests, errRateLimited,
-		func(d *Decision, _ string) string {
-			return "Tenant " + d.Tenant.ID + " has too many requests in flight."
+		func(b []byte, m msgArgs) []byte {
+			return append(append(append(b, "Tenant "...), m.tenant.ID...), " has too many requests in flight."...)
 		}},
 	ReasonPriority:     {"priority", LayerShed, http.StatusServiceUnavailable, errOverloaded, nil},
 	ReasonQueueFull:    {"queue_full", LayerBulkhead, http.StatusServiceUnavailable, errOverloaded, nil},
@@ -111,7 +125,9 @@ var reasons = [...]reasonRow{
 	ReasonBodyTooLarge: {"body_too_large", LayerEdge, http.StatusRequestEntityTooLarge, "request_too_large",
 		text("The request body is larger than this gateway accepts.")},
 	ReasonMalformedBody: {"malformed_body", LayerEdge, http.StatusBadRequest, "bad_request",
-		func(_ *Decision, detail string) string { return "The request body could not be read: " + detail + "." }},
+		func(b []byte, m msgArgs) []byte {
+			return append(append(append(b, "The request body could not be read: "...), m.detail...), '.')
+		}},
 	ReasonUpstreamTimeout: {"timeout", LayerProxy, http.StatusGatewayTimeout, "upstream_timeout",
 		text("The upstream did not answer in time.")},
 	ReasonUpstreamUnreachable: {"upstream_unreachable", LayerProxy, http.StatusBadGateway, "bad_gateway",
@@ -120,8 +136,8 @@ var reasons = [...]reasonRow{
 		text("The request failed inside the service.")},
 }
 
-func text(s string) func(*Decision, string) string {
-	return func(*Decision, string) string { return s }
+func text(s string) func([]byte, msgArgs) []byte {
+	return func(b []byte, _ msgArgs) []byte { return append(b, s...) }
 }
 
 func (r Reason) row() *reasonRow {
@@ -140,16 +156,17 @@ func (r Reason) Layer() Layer { return r.row().layer }
 // Status returns the HTTP status of the answer.
 func (r Reason) Status() int { return r.row().status }
 
-// message is the person-readable text of r for d (nil outside the
-// pipeline). An overload (503) without a message of its own says which
-// layer is overloaded and that it is not the client's quota.
-func (r Reason) message(d *Decision, detail string) string {
+// appendMessage appends the person-readable text of r for m. An overload
+// (503) without a message of its own says which layer is overloaded and
+// that it is not the client's quota.
+func (r Reason) appendMessage(b []byte, m msgArgs) []byte {
 	row := r.row()
 	if row.message != nil {
-		return row.message(d, detail)
+		return row.message(b, m)
 	}
 	if row.errWord == errOverloaded {
-		return "The service is overloaded (" + row.layer.String() + ": " + row.word + "); this is not your quota."
+		return append(append(append(append(append(b, "The service is overloaded ("...), row.layer.String()...), ": "...),
+			row.word...), "); this is not your quota."...)
 	}
-	return ""
+	return b
 }

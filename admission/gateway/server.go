@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,10 +100,18 @@ func New(cfg Config, o Options) (*Server, error) {
 	target, _ := url.Parse(cfg.Upstream) // checked by Validate
 	if o.Transport == nil {
 		o.Transport = &http.Transport{
-			Proxy:                 nil,
-			DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   1024,
+			Proxy:       nil,
+			DialContext: (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			// Every request admitted goes to the one upstream host, up to
+			// the pipeline's concurrency (the bulkhead total and the
+			// adaptive max, at most 1024 in any sane config): keep that
+			// many idle, so a burst reuses connections instead of
+			// dialling and closing them (Go's default is 2 per host).
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 1024,
+			// The client's Accept-Encoding goes upstream as it is; the
+			// transport must not add gzip and then decompress the body.
+			DisableCompression:    true,
 			IdleConnTimeout:       90 * time.Second,
 			ResponseHeaderTimeout: cfg.Server.UpstreamTimeout,
 			ExpectContinueTimeout: time.Second,
@@ -122,11 +131,14 @@ func New(cfg Config, o Options) (*Server, error) {
 			pr.Out.Header.Del("Baggage")
 			// Set after hop-by-hop removal, so a client's
 			// "Connection: X-Tenant-Id" cannot make the proxy drop them.
+			// The middleware set them on the request, so the clone
+			// holds them unless hop-by-hop removal took them: set only
+			// then (a Set is an allocation per header).
 			if d, ok := admission.FromContext(pr.In.Context()); ok && d.Tenant != nil {
-				pr.Out.Header.Set(admission.HeaderTenantID, d.Tenant.ID)
-				pr.Out.Header.Set(admission.HeaderTenantTier, d.Tenant.Tier)
+				setIfNot(pr.Out.Header, admission.HeaderTenantID, d.Tenant.ID)
+				setIfNot(pr.Out.Header, admission.HeaderTenantTier, d.Tenant.Tier)
 			}
-			pr.Out.Header.Set(admission.HeaderRequestID, pr.In.Header.Get(admission.HeaderRequestID))
+			setIfNot(pr.Out.Header, admission.HeaderRequestID, pr.In.Header.Get(admission.HeaderRequestID))
 			tel.injectTrace(pr.Out)
 		},
 		Transport: o.Transport,
@@ -140,6 +152,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			return upstreamAnswered(resp)
 		},
 		ErrorHandler: s.proxyError,
+		BufferPool:   copyBuffers{},
 		ErrorLog:     slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 	// A plain handler chain, not a router: every method a route may name
@@ -191,6 +204,27 @@ func newStore(cfg Config, o *Options) (closers []func() error, instances int, er
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
 	return closers, instances, nil
+}
+
+// setIfNot sets h[key] to the single value v unless it already is that.
+// key is in canonical form.
+func setIfNot(h http.Header, key, v string) {
+	if old := h[key]; len(old) != 1 || old[0] != v {
+		h[key] = []string{v}
+	}
+}
+
+// copyBuffers are the 32 KiB buffers the proxy copies response bodies
+// through, pooled: without a pool ReverseProxy allocates one per request.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+func (copyBuffers) Put(b []byte) {
+	if cap(b) >= 32<<10 {
+		copyBufferPool.Put((*[32 << 10]byte)(b[:32<<10]))
+	}
 }
 
 // Handler returns the gateway's public handler.
@@ -250,9 +284,13 @@ func (s *Server) Reload(cfg Config) error {
 func (s *Server) hygiene(next http.Handler) http.Handler {
 	inner := s.hygieneInner(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := admission.NewRequestID()
-		w.Header().Set(admission.HeaderRequestID, id)
-		r.Header.Set(admission.HeaderRequestID, id)
+		// One backing array for both headers' values (Header.Set would
+		// allocate one each).
+		ids := [2]string{admission.NewRequestID()}
+		ids[1] = ids[0]
+		id := ids[0]
+		w.Header()[admission.HeaderRequestID] = ids[0:1:1]
+		r.Header[admission.HeaderRequestID] = ids[1:2:2]
 		r, sp := s.tel.startRequest(w, r)
 		logged := s.log.Enabled(r.Context(), slog.LevelDebug)
 		if sp == nil && !logged {

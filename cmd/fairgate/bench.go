@@ -6,7 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,21 +20,29 @@ import (
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenario := fs.String("scenario", "noisy-neighbour", "scenario: "+strings.Join(bench.ScenarioNames(), ", ")+", all, or overhead")
+	scenario := fs.String("scenario", "noisy-neighbour", "scenario: "+strings.Join(bench.ScenarioNames(), ", ")+", all, overhead, or throughput")
 	modes := fs.String("modes", "", "comma-separated modes run back to back: none, global, ip, fairgate, fairgate-redis (default: none,global,ip,fairgate, and fairgate-redis when --redis is set)")
 	duration := fs.Duration("duration", 30*time.Second, "arrival time of each mode's run (the quiet baseline takes half)")
 	out := fs.String("out", "bench-out", "directory for results.json, report.md and the PNG plots")
 	redis := fs.String("redis", "", "Redis address (host:port) for the fairgate-redis mode, which needs it")
 	seed := fs.Uint64("seed", 1, "seed of the arrival processes, the route mixes and many-tenants' choice of noisy tenants")
 	quiet := fs.Bool("quiet", false, "no progress bars")
+	rounds := fs.Int("rounds", 3, "throughput: interleaved rounds of every mode")
+	conns := fs.String("conns", "8,64", "throughput: comma-separated closed-loop connection counts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if *scenario == "throughput" && !isSet(fs, "duration") {
+		*duration = 5 * time.Second
+	}
 	if *duration < time.Second || *duration > time.Hour {
 		return errors.New("--duration: must be between 1s and 1h")
+	}
+	if *scenario == "throughput" {
+		return throughput(ctx, *out, *rounds, *conns, *duration, *modes, *quiet, stdout, stderr)
 	}
 	o := bench.Options{Duration: *duration, RedisAddr: *redis, Seed: *seed, Progress: stderr}
 	if *quiet {
@@ -67,4 +78,71 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "\nwrote %s/{results.json,report.md,latency-%[2]s.png,goodput-%[2]s.png}\n\n", dir, name)
 	}
 	return nil
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// throughput runs the throughput scenario: each server a child process of
+// this binary (bench-server) on one core.
+func throughput(ctx context.Context, out string, rounds int, connList string, d time.Duration, modes string, quiet bool, stdout, stderr io.Writer) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	o := bench.ThroughputOptions{Binary: bin, Rounds: rounds, Duration: d, Progress: stderr}
+	if quiet {
+		o.Progress = nil
+	}
+	for w := range strings.SplitSeq(connList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--conns: %q is not a positive number", w)
+		}
+		o.Conns = append(o.Conns, n)
+	}
+	if modes != "" {
+		o.Modes = strings.Split(modes, ",")
+	}
+	rows, err := bench.Throughput(ctx, o)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(out, "throughput.md"))
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteThroughput(io.MultiWriter(stdout, f), rows); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// benchServer runs one server of the throughput scenario (a child process
+// that bench starts; not for people).
+func benchServer(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) != 2 {
+		return errors.New("usage: fairgate bench-server MODE UPSTREAM")
+	}
+	// FAIRGATE_CPUPROFILE=PREFIX writes each server's CPU profile to
+	// PREFIX.MODE (bench/PERF.md).
+	if prefix := os.Getenv("FAIRGATE_CPUPROFILE"); prefix != "" {
+		f, err := os.Create(prefix + "." + args[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	return bench.ServeThroughputChild(ctx, args[0], args[1], stdout)
 }

@@ -49,7 +49,8 @@ Usage:
   fairgate demo-upstream [--listen ADDR]
                                     run only the demo API (for serve with the demo config)
   fairgate bench [--scenario NAME] [--modes LIST] [--duration D] [--seed N] [--redis ADDR] [--out DIR]
-                                    overload benchmarks (see bench/RESULTS.md)
+                                    overload benchmarks (see bench/RESULTS.md); --scenario throughput
+                                    measures req/s and CPU per request of each server on one core (bench/PERF.md)
   fairgate check-config [--rls] FILE
                                     validate a config file (--rls: one for fairgate rls) and the
                                     rls section's rule files; non-zero exit on error
@@ -79,6 +80,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = demoUpstream(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case "bench-server":
+		err = benchServer(ctx, args[1:], stdout)
 	case "check-config":
 		err = checkConfig(args[1:], stdout)
 	case "hash-key":

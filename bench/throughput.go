@@ -1,0 +1,518 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairgate/fairgate/admission"
+	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/tenant"
+)
+
+// The throughput scenario measures what one request costs each server: a
+// closed loop of Conns connections, each server a child process on one core
+// (GOMAXPROCS=1), its CPU read from /proc/PID/stat. Modes run in
+// interleaved rounds, so a slow moment of a shared machine hits all of
+// them, and the ratios are taken within a round.
+
+// ThroughputModes are the modes of the throughput scenario, in run order.
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "nginx", "nginx-429", "haproxy", "haproxy-429"}
+
+// throughputTenants is how many tenants the proxied load rotates over;
+// their quotas never bind.
+const throughputTenants = 64
+
+// floodKey is the one key over its quota (fairgate-429).
+const floodKey = "throughput-flood-key"
+
+func tenantKey(i int) string { return "throughput-key-" + strconv.Itoa(i) }
+
+// ThroughputOptions configure the throughput scenario.
+type ThroughputOptions struct {
+	// Binary is the fairgate executable whose bench-server subcommand
+	// runs each server.
+	Binary string
+	// Modes to run; nil means ThroughputModes.
+	Modes []string
+	// Conns are the closed-loop connection counts; nil means 8 and 64.
+	Conns []int
+	// Rounds of every mode and connection count, interleaved. Zero: 3.
+	Rounds int
+	// Duration of one measurement. Zero: 5s.
+	Duration time.Duration
+	// Progress, when set, gets a line per measurement.
+	Progress io.Writer
+}
+
+// ThroughputRow is one measurement.
+type ThroughputRow struct {
+	Round, Conns int
+	Mode         string
+	// Skipped says why the mode did not run (its binary is missing).
+	Skipped string
+	// OK and Rejected are answers per second (200s and 429s).
+	OK, Rejected float64
+	// P50 and P99 latency in milliseconds.
+	P50, P99 float64
+	// ServerCPU is the server's CPU time (user+system) per answer, in µs;
+	// ServerBusy the share of its one core it used. For direct, the
+	// upstream is the server. UpstreamCPU is the upstream's, per answer.
+	ServerCPU, ServerBusy, UpstreamCPU float64
+	// LoadCPU is the load generator's CPU per answer, in µs.
+	LoadCPU float64
+	Errors  int
+}
+
+// Throughput runs the throughput scenario.
+func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, error) {
+	if o.Modes == nil {
+		o.Modes = ThroughputModes
+	}
+	if o.Conns == nil {
+		o.Conns = []int{8, 64}
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 3
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+	}
+	up, err := startChild(ctx, o.Binary, "upstream", "")
+	if err != nil {
+		return nil, err
+	}
+	defer up.stop()
+	servers := map[string]*child{"direct": up}
+	for _, m := range o.Modes {
+		// NAME-429 floods the one over-quota key at NAME's server.
+		name := strings.TrimSuffix(m, "-429")
+		if servers[name] == nil {
+			var c *child
+			switch name {
+			case "reverseproxy", "fairgate":
+				c, err = startChild(ctx, o.Binary, name, up.url)
+			case "nginx", "haproxy":
+				if _, lerr := exec.LookPath(name); lerr != nil {
+					continue // reported as skipped in every round
+				}
+				conf := nginxConf
+				if name == "haproxy" {
+					conf = haproxyConf
+				}
+				c, err = startExternal(ctx, name, conf, up.url)
+			default:
+				return nil, fmt.Errorf("bench: unknown throughput mode %q", m)
+			}
+			if err != nil {
+				return nil, err
+			}
+			defer c.stop()
+			servers[name] = c
+		}
+		servers[m] = servers[name]
+	}
+	var rows []ThroughputRow
+	for round := 1; round <= o.Rounds; round++ {
+		for _, conns := range o.Conns {
+			for _, m := range o.Modes {
+				row := ThroughputRow{Round: round, Conns: conns, Mode: m}
+				srv := servers[m]
+				switch {
+				case srv == nil:
+					row.Skipped = skipReason(strings.TrimSuffix(m, "-429"))
+				default:
+					key := tenantKey
+					if strings.HasSuffix(m, "-429") {
+						key = func(int) string { return floodKey }
+					}
+					row, err = measure(ctx, srv, up, conns, o.Duration, key)
+					if err != nil {
+						return rows, err
+					}
+					row.Round, row.Conns, row.Mode = round, conns, m
+				}
+				rows = append(rows, row)
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, "round %d c%d %-12s %8.0f ok/s %8.0f 429/s  server %6.1f µs/answer (%3.0f%% of its core)  %s\n",
+						round, conns, m, row.OK, row.Rejected, row.ServerCPU, row.ServerBusy*100, row.Skipped)
+				}
+			}
+		}
+	}
+	return rows, nil
+}
+
+// skipReason says why an external server's mode is skipped: the only
+// reason is a missing binary.
+func skipReason(name string) string {
+	return name + " is not installed (make bench-deps)"
+}
+
+// nginxConf is nginx in front of the upstream, limiting by key as the
+// issue's comparison did: limit_req keyed by the Authorization header, the
+// flood key at one request a minute, every other key far from binding.
+// One process (master_process off), so /proc/PID/stat is the server's.
+const nginxConf = `worker_processes 1;
+error_log {{dir}}/error.log crit;
+pid {{dir}}/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path {{dir}}/tmp;
+  proxy_temp_path {{dir}}/tmp;
+  fastcgi_temp_path {{dir}}/tmp;
+  uwsgi_temp_path {{dir}}/tmp;
+  scgi_temp_path {{dir}}/tmp;
+  map $http_authorization $flood { "Bearer {{flood}}" $http_authorization; default ""; }
+  map $http_authorization $tenant { "Bearer {{flood}}" ""; default $http_authorization; }
+  limit_req_zone $flood zone=flood:1m rate=1r/m;
+  limit_req_zone $tenant zone=tenants:10m rate=1000000r/s;
+  limit_req_status 429;
+  upstream up { server {{upstream}}; keepalive 64; }
+  server {
+    listen {{listen}};
+    location / {
+      limit_req zone=flood nodelay;
+      limit_req zone=tenants burst=1000000 nodelay;
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`
+
+// haproxyConf is HAProxy in front of the upstream, one thread, limiting by
+// key with a stick table as the issue's comparison did: every key
+// tracked, the flood key denied (429) above one request a minute.
+const haproxyConf = `global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend fe
+  bind {{listen}}
+  stick-table type string len 128 size 100k expire 60s store http_req_rate(60s)
+  http-request track-sc0 req.hdr(authorization)
+  acl flood req.hdr(authorization) -m str "Bearer {{flood}}"
+  http-request deny deny_status 429 if flood { sc_http_req_rate(0) gt 1 }
+  default_backend be
+backend be
+  server up {{upstream}}
+`
+
+// startExternal runs an external server (nginx or haproxy) in the
+// foreground as one process, with its config from the template conf in a
+// temporary directory, and waits until it accepts connections.
+func startExternal(ctx context.Context, name, conf, upstream string) (*child, error) {
+	dir, err := os.MkdirTemp("", "fairgate-bench-"+name)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	conf = strings.NewReplacer("{{dir}}", dir, "{{flood}}", floodKey, "{{listen}}", listen,
+		"{{upstream}}", strings.TrimPrefix(upstream, "http://")).Replace(conf)
+	file := filepath.Join(dir, name+".conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"-f", file, "-db"}
+	if name == "nginx" {
+		args = []string{"-p", dir, "-c", file, "-g", "daemon off; master_process off;"}
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, url: "http://" + listen, dir: dir}
+	for range 100 {
+		if conn, err := net.Dial("tcp", listen); err == nil {
+			conn.Close()
+			return c, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.stop()
+	return nil, fmt.Errorf("bench: %s did not start listening", name)
+}
+
+// measure runs conns closed-loop connections against srv for d, each
+// request with key(i) for its i-th request of the connection.
+func measure(ctx context.Context, srv, up *child, conns int, d time.Duration, key func(int) string) (ThroughputRow, error) {
+	var row ThroughputRow
+	var ok, rejected, errs atomic.Int64
+	lats := make([][]time.Duration, conns)
+	cpu0, up0, self0 := srv.cpu(), up.cpu(), cpuOf(os.Getpid())
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableCompression: true}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr}
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.url+"/api/v1/users/me", nil)
+			for i := c; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+				req.Header = http.Header{"Authorization": {"Bearer " + key(i%throughputTenants)}}
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lats[c] = append(lats[c], time.Since(t0))
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusTooManyRequests:
+					rejected.Add(1)
+				default:
+					errs.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return row, err
+	}
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	n := float64(ok.Load() + rejected.Load())
+	row.OK, row.Rejected = float64(ok.Load())/wall.Seconds(), float64(rejected.Load())/wall.Seconds()
+	row.P50, row.P99 = percentile(all, 0.5), percentile(all, 0.99)
+	row.Errors = int(errs.Load())
+	serverCPU := srv.cpu() - cpu0
+	row.ServerBusy = serverCPU.Seconds() / wall.Seconds()
+	if n > 0 {
+		row.ServerCPU = float64(serverCPU.Microseconds()) / n
+		if srv != up {
+			row.UpstreamCPU = float64((up.cpu() - up0).Microseconds()) / n
+		}
+		row.LoadCPU = float64((cpuOf(os.Getpid()) - self0).Microseconds()) / n
+	}
+	return row, nil
+}
+
+// child is a server running as a child process on one core.
+type child struct {
+	cmd *exec.Cmd
+	url string
+	dir string // removed at stop, when set
+}
+
+// startChild runs `BINARY bench-server MODE UPSTREAM` with GOMAXPROCS=1
+// and waits for the address it prints.
+func startChild(ctx context.Context, bin, mode, upstream string) (*child, error) {
+	if bin == "" {
+		return nil, errors.New("bench: throughput needs the fairgate binary")
+	}
+	cmd := exec.CommandContext(ctx, bin, "bench-server", mode, upstream)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("bench: %s server: %w", mode, err)
+	}
+	return &child{cmd: cmd, url: "http://" + strings.TrimSpace(line)}, nil
+}
+
+func (c *child) stop() {
+	c.cmd.Process.Signal(os.Interrupt)
+	c.cmd.Wait()
+	if c.dir != "" {
+		os.RemoveAll(c.dir)
+	}
+}
+
+func (c *child) cpu() time.Duration { return cpuOf(c.cmd.Process.Pid) }
+
+// cpuOf is the user+system CPU time of process pid so far, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s).
+func cpuOf(pid int) time.Duration {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; the fields after it
+	// start after its closing parenthesis.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// ServeThroughputChild is the bench-server subcommand: it serves mode
+// ("upstream", "reverseproxy" or "fairgate", the last two in front of
+// upstream) on a loopback port, prints the address, and serves until ctx
+// is done.
+func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.Writer) error {
+	var h http.Handler
+	var closeFn func() error
+	switch mode {
+	case "upstream":
+		body := []byte(`{"id":"me","name":"bench"}` + "\n")
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Type"] = []string{"application/json"}
+			w.Write(body)
+		})
+	case "reverseproxy":
+		target, err := url.Parse(upstream)
+		if err != nil {
+			return err
+		}
+		h = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
+			Transport: proxyTransport(), ErrorLog: discardLog}
+	case "fairgate":
+		cfg, err := throughputConfig(upstream)
+		if err != nil {
+			return err
+		}
+		gw, err := gateway.New(cfg, gateway.Options{})
+		if err != nil {
+			return err
+		}
+		h, closeFn = gw.Handler(), gw.Close
+	default:
+		return fmt.Errorf("bench: unknown server mode %q", mode)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintln(stdout, ln.Addr())
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	if closeFn != nil {
+		return closeFn()
+	}
+	return nil
+}
+
+// throughputConfig is the gateway of the throughput scenario: 64 tenants
+// whose quotas never bind, and one (floodKey) whose bucket a single
+// request empties.
+func throughputConfig(upstream string) (gateway.Config, error) {
+	cfg := gateway.Config{Upstream: upstream, Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0",
+		Tenants: tenant.Config{Tiers: map[string]tenant.TierConfig{
+			"bench": {Rate: 1e9, Burst: 1e12},
+			"flood": {Rate: 1e-3, Burst: 1},
+		}},
+		Admission: admission.Config{Routes: []admission.RouteConfig{{Method: "GET", Path: "/api/v1/users/me", Cost: 1}}},
+	}
+	for i := range throughputTenants {
+		cfg.Tenants.Tenants = append(cfg.Tenants.Tenants, tenant.TenantConfig{ID: "t" + strconv.Itoa(i), Tier: "bench",
+			APIKeysSHA256: []string{tenant.HashKey(tenantKey(i))}})
+	}
+	cfg.Tenants.Tenants = append(cfg.Tenants.Tenants, tenant.TenantConfig{ID: "flood", Tier: "flood",
+		APIKeysSHA256: []string{tenant.HashKey(floodKey)}})
+	return cfg, nil // gateway.New validates it
+}
+
+// WriteThroughput writes rows as a Markdown table, then each round's
+// ratios: fairgate's proxied req/s over the bare proxy's and direct's.
+func WriteThroughput(w io.Writer, rows []ThroughputRow) error {
+	var b strings.Builder
+	b.WriteString("| round | conns | mode | 200/s | 429/s | p50 ms | p99 ms | server CPU µs/answer | server core busy | upstream CPU µs/answer | load gen CPU µs/answer | errors |\n")
+	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	byKey := map[[2]int]map[string]ThroughputRow{}
+	for _, r := range rows {
+		if r.Skipped != "" {
+			fmt.Fprintf(&b, "| %d | %d | %s | skipped: %s |||||||||\n", r.Round, r.Conns, r.Mode, r.Skipped)
+			continue
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %.0f | %.0f | %.2f | %.2f | %.1f | %.0f%% | %.1f | %.1f | %d |\n", r.Round, r.Conns, r.Mode,
+			r.OK, r.Rejected, r.P50, r.P99, r.ServerCPU, r.ServerBusy*100, r.UpstreamCPU, r.LoadCPU, r.Errors)
+		k := [2]int{r.Round, r.Conns}
+		if byKey[k] == nil {
+			byKey[k] = map[string]ThroughputRow{}
+		}
+		byKey[k][r.Mode] = r
+	}
+	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	keys := slices.Collect(func(yield func([2]int) bool) {
+		for k := range byKey {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	slices.SortFunc(keys, func(a, b [2]int) int { return a[0]*1e6 + a[1] - b[0]*1e6 - b[1] })
+	for _, k := range keys {
+		m := byKey[k]
+		fg, rp, d, ng := m["fairgate"], m["reverseproxy"], m["direct"], m["nginx"]
+		fgRej, ngRej := m["fairgate-429"], m["nginx-429"]
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
+			ratio(fg.OK, ng.OK), diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected),
+			ratio(fgRej.ServerCPU, ngRej.ServerCPU))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func diff(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%+.1f", a-b)
+}
