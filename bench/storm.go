@@ -472,15 +472,19 @@ func writeStorm(w io.Writer, res *Results) error {
 	fmt.Fprintf(w, "Seed %d. Each run lasted %s of arrivals, the overload from %s to %s. "+
 		"Goodput is logical requests (all attempts of one arrival) that ended in a 2xx ÷ those offered, by the phase they arrived in. "+
 		"Upstream load counts every request reaching the upstream, 503s it shed included. "+
-		"Recovery is the time from the overload's end to the first second whose goodput (successes completed in it ÷ arrivals in it) is back to %g%% of the mean before the overload; "+
-		"“not recovered” means no second of the run got there.\n\n",
+		"Recovery is the time from the overload's end to the end of the first whole second whose goodput (successes completed in it ÷ arrivals in it) is back to %g%% of the mean before the overload, "+
+		"so its resolution is one second (“< 1 s”: the first second after the overload is back); “not recovered” means no second of the run got there. "+
+		"The per-second series below show what the totals hide: a backlog of retries completing after the overload shows as goodput above 100%%.\n\n",
 		res.Seed, secs(res.DurationS), secs(st.OverloadFromS), secs(st.OverloadToS), 100*stormRecovered)
 	fmt.Fprintln(w, "| mode | clients | offered/s | attempts per request | upstream req/s before · during · after (peak) | goodput | before · during · after | recovery |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, f := range st.Runs {
 		rec := "not recovered"
-		if f.RecoveryS >= 0 {
-			rec = fmt.Sprintf("%.1f s", f.RecoveryS)
+		switch {
+		case f.RecoveryS == 0:
+			rec = "< 1 s"
+		case f.RecoveryS > 0:
+			rec = fmt.Sprintf("%.1f–%.1f s", f.RecoveryS, f.RecoveryS+1)
 		}
 		per := 0.0
 		if f.Offered > 0 {
