@@ -320,7 +320,7 @@ func (g *stormLoad) run(ctx context.Context, dur, drain time.Duration, seed uint
 				case <-timer.C:
 				}
 				c := g.clients[i][rng.IntN(tl.users())]
-				reqs.Go(func() { g.record(g.logical(reqCtx, c, tl, start)) })
+				reqs.Go(func() { g.record(g.request(reqCtx, c, tl, start)) })
 			}
 		})
 	}
@@ -331,9 +331,9 @@ func (g *stormLoad) run(ctx context.Context, dur, drain time.Duration, seed uint
 	return g.recs
 }
 
-// logical sends one logical request: once through the client package,
+// request sends one logical request: once through the client package,
 // or in the hand-written loop that retries a 429 or 503 at once.
-func (g *stormLoad) logical(ctx context.Context, c *http.Client, tl *TenantLoad, start time.Time) logical {
+func (g *stormLoad) request(ctx context.Context, c *http.Client, tl *TenantLoad, start time.Time) logical {
 	rec := logical{at: time.Since(start)}
 	ctx, cancel := context.WithTimeout(ctx, tl.Timeout)
 	defer cancel()
