@@ -118,9 +118,18 @@ func (l *load) run(ctx context.Context, seed uint64) []sample {
 		gens.Go(func() { l.generate(ctx, reqCtx, &reqs, i, start, seed) })
 	}
 	gens.Wait()
+	drainOrCancel(&reqs, l.drain, cancel)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.samples
+}
+
+// drainOrCancel waits for reqs; once drain has passed, it calls cancel,
+// which must end them, and waits for them to end.
+func drainOrCancel(reqs *sync.WaitGroup, drain time.Duration, cancel context.CancelFunc) {
 	done := make(chan struct{})
 	go func() { reqs.Wait(); close(done) }()
-	t := time.NewTimer(l.drain)
+	t := time.NewTimer(drain)
 	defer t.Stop()
 	select {
 	case <-done:
@@ -128,9 +137,6 @@ func (l *load) run(ctx context.Context, seed uint64) []sample {
 		cancel()
 		<-done
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.samples
 }
 
 // generate is tenant i's arrival loop. It is bounded in time (l.dur) and in

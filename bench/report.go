@@ -45,6 +45,9 @@ func WriteOutputs(dir string, res *Results) error {
 func WriteReport(w io.Writer, res *Results) error {
 	fmt.Fprintf(w, "## %s\n\n%s\n\n", res.Scenario, res.Description)
 	fmt.Fprintf(w, "Machine: %s.\n\n", res.Machine)
+	if res.Storm != nil {
+		return writeStorm(w, res)
+	}
 	fmt.Fprintf(w, "Seed %d. Each mode ran %s of arrivals after a %s quiet baseline (innocent tenants alone, mode %s). "+
 		"Goodput is 2xx ÷ arrivals (deferred ones included). Latency is of the requests not rejected (2xx, and timeouts at the client's timeout): "+
 		"429s and 503s are fast and would make it look good, so they are counted apart. "+

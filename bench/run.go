@@ -71,6 +71,9 @@ type Results struct {
 	// for the plots. Zero when the scenario has none.
 	RampStartS float64 `json:"ramp_start_s,omitempty"`
 	RampPeakS  float64 `json:"ramp_peak_s,omitempty"`
+	// Storm holds retry-storm's figures, which compare clients rather
+	// than front ends; that scenario has no tenant rows.
+	Storm *Storm `json:"retry_storm,omitempty"`
 
 	runs []run               // baseline first, then per mode, for the plots
 	base map[string]baseline // per tenant, from runs[0]
@@ -131,6 +134,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return nil, err
 	}
 	o = o.withDefaults(&sc)
+	if sc.Name == retryStorm {
+		return runStorm(ctx, &sc, o)
+	}
 	if slices.Contains(o.Modes, FairgateRedis) && o.RedisAddr == "" {
 		return nil, errors.New("bench: mode fairgate-redis needs a Redis address (--redis HOST:PORT)")
 	}

@@ -284,7 +284,7 @@ func innocents() []TenantLoad {
 }
 
 // Scenario names, in the order --scenario all runs them.
-var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat", "same-tier", "backstop", "many-tenants"}
+var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat", "same-tier", "backstop", "many-tenants", retryStorm}
 
 // ScenarioNames returns the names Lookup knows.
 func ScenarioNames() []string { return slices.Clone(scenarioNames) }
@@ -408,6 +408,8 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 		s.Description = fmt.Sprintf("%d tenants (20 enterprise at 3 requests/s, 40 pro at 2, 40 starter at 1); %d of them, drawn by the seed (%s), ramp to 25 requests/s of initech's mix (70%% exports) from 10%% to 40%% of the run, ignoring Retry-After: ~27 connection-seconds a second against 8. The rest are innocent.",
 			len(s.Tenants), len(noisy), strings.Join(noisy, ", "))
 		return s, nil
+	case retryStorm:
+		return stormScenario(), nil
 	case "overhead":
 		// The same cheap request, direct and through each proxy, at half
 		// the upstream's capacity: 2 connections × 5 ms exactly (no

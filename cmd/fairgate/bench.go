@@ -75,6 +75,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := bench.WriteReport(stdout, res); err != nil {
 			return err
 		}
+		if res.Storm != nil { // retry-storm has no plots
+			fmt.Fprintf(stdout, "\nwrote %s/{results.json,report.md}\n\n", dir)
+			continue
+		}
 		fmt.Fprintf(stdout, "\nwrote %s/{results.json,report.md,latency-%[2]s.png,goodput-%[2]s.png}\n\n", dir, name)
 	}
 	return nil
