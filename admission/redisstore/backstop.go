@@ -34,7 +34,7 @@ type localBackstop struct {
 
 // TakeBackstop decides one request of tenant (weight > 0) costing cost at
 // the fair global backstop l: one script call on Redis within Timeout,
-// through the breaker. While Redis cannot answer, the failure policy
+// through the breaker and the batches. While Redis cannot answer, the failure policy
 // decides: FailOpen admits, FailClosed returns an *UnavailableError, Local
 // decides on an embedded backstop of this instance's share of l.
 func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, weight, cost float64) (fairshare.BackstopResult, error) {
@@ -44,34 +44,25 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, ten
 	if s.closed.Load() {
 		return fairshare.BackstopResult{}, ErrClosed
 	}
-	done, err := s.breaker.Allow()
-	if err != nil {
-		return s.backstopFallback(l, tenant, weight, cost, ErrBreakerOpen)
-	}
 	r, _, err := s.evalBackstop(ctx, l, tenant, weight, cost)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			done(context.Canceled)
 			return fairshare.BackstopResult{}, ctxErr
 		}
-		done(err)
 		return s.backstopFallback(l, tenant, weight, cost, err)
 	}
-	done(nil)
 	return r, nil
 }
 
-// evalBackstop runs the script once and decodes its reply; nowUS is the
-// Redis clock it read.
+// evalBackstop runs the script once, batched with the takes, and decodes
+// its reply; nowUS is the Redis clock it read.
 func (s *Store) evalBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, weight, cost float64) (r fairshare.BackstopResult, nowUS int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
 	windowUS := l.Window.Microseconds()
 	everyUS := (int64(l.Window)/fairshare.LevelEvery + 999) / 1000
-	v, err := backstopScript.Run(ctx, s.client, []string{backstopKey},
-		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, tenant, weight, cost).Result()
+	v, err := s.run(ctx, s.main, backstopScript, []string{backstopKey},
+		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, tenant, weight, cost)
 	if err != nil {
-		return r, 0, fmt.Errorf("redisstore: backstop: %w", err)
+		return r, 0, err
 	}
 	return decodeBackstop(v)
 }
@@ -144,4 +135,5 @@ func (s *Store) backstopFallback(l fairshare.BackstopLimit, tenant string, weigh
 func limitOf(l fairshare.BackstopLimit) ratelimit.Limit {
 	return ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}
 }
+
 var _ ratelimit.BackstopStore = (*Store)(nil)

@@ -9,8 +9,10 @@
 // from the tenant, so a tenant's buckets share one cluster slot whatever
 // bytes its ID holds, and every key expires when its bucket is full again.
 //
-// Redis trouble never becomes a latency outage: each take has a deadline
-// (Config.Timeout, 5ms by default), a circuit breaker stops asking a failing
+// Redis trouble never becomes a latency outage: each round trip has a
+// deadline (Config.Timeout, 5ms by default, counted from the instant it is
+// sent; a reply later than that still decides but counts as slow, and none
+// is awaited past three Timeouts), a circuit breaker stops asking a failing
 // Redis and probes for its recovery, and meanwhile Config.FailurePolicy
 // decides: Local (the default; an embedded bucket holding this instance's
 // share of the quota), FailOpen, or FailClosed (an error matching
@@ -18,7 +20,13 @@
 // reports which, Options.OnPolicy counts it, and the log says so at most
 // once per Config.LogEvery.
 //
+// Our own queue is not Redis's health. Concurrent takes on one instance
+// share pipelines (auto-batching without a timer window), with as many
+// pipelines in flight as the queue needs while Redis answers quickly; a
+// take that still waits in that queue longer than Config.QueueTimeout is an
+// overload of the rate layer (ErrOverloaded): the policy decides it, but
+// the breaker never counts it.
+//
 // A tenant known to be over quota until T is denied locally until T (the
-// denial cache), and concurrent takes on one instance share pipelines
-// (auto-batching without a timer window).
+// denial cache).
 package redisstore

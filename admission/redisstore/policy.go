@@ -103,6 +103,12 @@ var (
 	// ErrBreakerOpen is the Cause of a policy decision made because the
 	// circuit breaker is open (or half-open and busy probing).
 	ErrBreakerOpen = errors.New("redisstore: circuit breaker open")
+	// ErrOverloaded is the Cause of a policy decision made because the
+	// decision waited in this instance's own queue for longer than
+	// Config.QueueTimeout: the rate layer is overloaded (more decisions
+	// than the Redis connections carry), whether or not Redis is healthy.
+	// It never counts towards the breaker.
+	ErrOverloaded = errors.New("redisstore: rate layer overloaded: decision queued past queue_timeout")
 	// ErrInvalidTake is returned for a take whose limit or cost is not
 	// a positive finite number. Config validation makes it impossible; the
 	// Store checks anyway so a bug cannot write NaN into shared state.

@@ -9,11 +9,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 //go:embed take.lua
 var takeLua string
+
+// takeScript runs take.lua.
+var takeScript = redis.NewScript(takeLua)
 
 // keyPrefix starts every key the store writes.
 const keyPrefix = "fg:{"

@@ -27,13 +27,12 @@ import (
 // A Store is safe for concurrent use. It starts no goroutine. Its zero value
 // is not usable; call New.
 type Store struct {
-	client  redis.UniversalClient
-	cfg     Config // with defaults
-	script  *redis.Script
-	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
-	batch   *batcher               // nil when batching is disabled
-	deny    *denyCache             // nil when the denial cache is disabled
-	local   *ratelimit.MemoryStore // nil unless the policy is Local
+	client redis.UniversalClient
+	cfg    Config // with defaults
+	main   *lane
+	deny   *denyCache             // nil when the denial cache is disabled
+	local  *ratelimit.MemoryStore // nil unless the policy is Local
+	epoch  time.Time              // the origin of lanes' failure instants
 	// backstop is the Local policy's fair global backstop.
 	backstop localBackstop
 	now      func() time.Time
@@ -115,45 +114,86 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 	s := &Store{
 		client: client,
 		cfg:    cfg,
-		script: redis.NewScript(takeLua),
 		now:    o.Now,
 		opts:   o,
+		epoch:  time.Now(),
 		logs:   logLimiter{every: int64(cfg.LogEvery)},
 	}
-	failures := uint32(cfg.Breaker.Failures)
-	s.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "redis",
-		MaxRequests: 1,
-		Timeout:     cfg.Breaker.OpenFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		// A caller that gave up says nothing about Redis; neither does an
-		// error Redis answered for this script and these arguments (it
-		// fails the same way on a healthy server, and must not open the
-		// breaker for every other tenant).
-		IsExcluded: func(err error) bool {
-			var sf *sharedFailure
-			return errors.Is(err, context.Canceled) || isScriptError(err) ||
-				errors.Is(err, errQueuedPastDeadline) || errors.As(err, &sf)
-		},
-		OnStateChange: s.breakerChanged,
-	})
-	if !cfg.Batch.Disabled {
-		s.batch = &batcher{max: cfg.Batch.MaxInFlight, run: s.runPipeline}
-	}
+	s.main = s.newLane("redis")
 	if cfg.DenyCacheSize > 0 {
 		s.deny = newDenyCache(cfg.DenyCacheSize)
 	}
 	if cfg.FailurePolicy == Local {
 		s.local = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
-	// Best effort, bounded: load the script now so the first decisions do
+	// Best effort, bounded: load the scripts now so the first decisions do
 	// not pay NOSCRIPT and EVAL on top of the dial within their deadline
 	// (a cold start could otherwise count towards the breaker). Redis
 	// being down at start is not an error: the failure policy covers it.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_ = s.script.Load(ctx, client).Err()
+	_ = takeScript.Load(ctx, client).Err()
 	cancel()
 	return s, nil
+}
+
+// lane is the way to one Redis node: its circuit breaker and its batches.
+type lane struct {
+	name    string
+	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	batch   *batcher      // nil when batching is disabled
+	conns   chan struct{} // unbatched: one token per pooled connection
+	// lastFail is when (ns since Store.epoch) the last round-trip failure
+	// that counted for the breaker was seen.
+	lastFail atomic.Int64
+}
+
+// newLane returns a lane named name with its own breaker and batcher.
+func (s *Store) newLane(name string) *lane {
+	cfg := s.cfg
+	ln := &lane{name: name}
+	failures := uint32(cfg.Breaker.Failures)
+	ln.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        name,
+		MaxRequests: 1,
+		Timeout:     cfg.Breaker.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		// A caller that gave up says nothing about Redis; neither does a
+		// decision that waited too long in our own queue, nor an error
+		// Redis answered for this script and these arguments (it fails
+		// the same way on a healthy server, and must not open the breaker
+		// for every other tenant).
+		IsExcluded: func(err error) bool {
+			var sf *sharedFailure
+			return errors.Is(err, context.Canceled) || isScriptError(err) ||
+				errors.Is(err, ErrOverloaded) || errors.As(err, &sf)
+		},
+		OnStateChange: s.breakerChanged,
+	})
+	if cfg.Batch.Disabled {
+		ln.conns = make(chan struct{}, poolSize(cfg))
+	} else {
+		ln.batch = newBatcher(cfg.Batch, cfg.QueueTimeout, cfg.Timeout,
+			func(batch []*call) (time.Duration, bool) { return s.runPipeline(ln, batch) })
+	}
+	return ln
+}
+
+// countFailure reports whether a round trip sent at sent (ns since epoch)
+// that failed at now counts for the breaker: only when it was sent after
+// the last counted failure was seen. Pipelines in flight together when
+// Redis (or this process) stalls fail together, for one cause; counting
+// each would open the breaker on one hiccup. Consecutive counted failures
+// are round trips that each began after the previous one had failed.
+func (ln *lane) countFailure(sent, now int64) bool {
+	for {
+		last := ln.lastFail.Load()
+		if sent <= last {
+			return false
+		}
+		if ln.lastFail.CompareAndSwap(last, now) {
+			return true
+		}
+	}
 }
 
 // Take implements ratelimit.Store. Under FailClosed, a take Redis cannot
@@ -180,10 +220,6 @@ func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.L
 			return r, Outcome{Source: FromDenyCache}, nil
 		}
 	}
-	done, err := s.breaker.Allow()
-	if err != nil {
-		return s.fallback(k, l, cost, ErrBreakerOpen)
-	}
 	// Taken before the script runs, so start + RetryAfter is never later
 	// than the refill the script computed: the denial cache must not deny
 	// past it.
@@ -191,13 +227,10 @@ func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.L
 	rep, err := s.eval(ctx, bucketKey(k), l, cost)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			done(context.Canceled) // excluded: the caller gave up
 			return ratelimit.Result{}, Outcome{}, ctxErr
 		}
-		done(err)
 		return s.fallback(k, l, cost, err)
 	}
-	done(nil)
 	r := rep.result(l, cost)
 	if !r.Allowed && s.deny != nil {
 		s.deny.put(k, l, cost, r, start)
@@ -205,108 +238,190 @@ func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.L
 	return r, Outcome{Source: FromRedis}, nil
 }
 
-// eval runs the script for one take, batched or alone, within Timeout.
-// A batched take's deadline ignores ctx's (one caller's short deadline must
-// not fail the pipeline it shares); ctx still ends its wait in the queue.
+// eval runs the take script for one bucket and decodes its reply.
 func (s *Store) eval(ctx context.Context, key string, l ratelimit.Limit, cost float64) (reply, error) {
-	if s.batch == nil {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-		v, err := s.script.Run(ctx, s.client, []string{key}, l.Rate, l.Burst, cost).Result()
-		if err != nil {
-			return reply{}, fmt.Errorf("redisstore: eval: %w", err)
-		}
-		return decodeReply(v)
+	v, err := s.run(ctx, s.main, takeScript, []string{key}, l.Rate, l.Burst, cost)
+	if err != nil {
+		return reply{}, err
 	}
-	c := callPool.Get().(*call)
-	c.key, c.l, c.cost, c.deadline = key, l, cost, time.Now().Add(s.cfg.Timeout)
-	err := s.batch.do(ctx, c)
-	if err == nil {
-		err = c.err
-	}
-	rep := c.rep
-	*c = call{ch: c.ch}
-	callPool.Put(c)
-	return rep, err
+	return decodeReply(v)
 }
 
-// runPipeline sends batch as one pipeline of EVALSHAs, with the earliest
-// deadline among its calls, then resends as EVAL those that met NOSCRIPT
-// (a restarted or flushed Redis). On a cluster, go-redis splits the
-// pipeline by node.
-func (s *Store) runPipeline(batch []*call) {
-	now := time.Now()
-	var deadline time.Time
-	live := make([]*call, 0, len(batch))
-	for _, c := range batch {
-		if !c.deadline.After(now) {
-			c.err = errQueuedPastDeadline
-			continue
-		}
-		if deadline.IsZero() || c.deadline.Before(deadline) {
-			deadline = c.deadline
-		}
-		live = append(live, c)
+// run runs script on keys and args through ln's breaker, batched or alone,
+// and returns its reply. The error is ctx's when ctx ended first (check
+// ctx.Err()), and otherwise the cause for the failure policy:
+// ErrBreakerOpen, ErrOverloaded (our own queue was too long), or Redis's
+// error or timeout.
+//
+// A round trip is bounded by lateFactor × Timeout from the instant it is
+// sent, whatever its calls waited before, and not by ctx (one caller's
+// short deadline must not fail the pipeline it shares; ctx still ends its
+// wait in the queue). A reply later than Timeout is used, but counts as a
+// slow reply for the breaker.
+func (s *Store) run(ctx context.Context, ln *lane, script *redis.Script, keys []string, args ...any) (any, error) {
+	done, err := ln.breaker.Allow()
+	if err != nil {
+		return nil, ErrBreakerOpen
 	}
-	if len(live) == 0 {
-		return
+	var v any
+	var verdict error
+	if ln.batch == nil {
+		v, err, verdict = s.runAlone(ctx, ln, script, keys, args)
+	} else {
+		c := getCall(script, keys, args...)
+		if err = ln.batch.do(ctx, c); err == nil {
+			v, err, verdict = c.v, c.err, c.verdict
+		}
+		putCall(c)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	if err != nil && ctx.Err() != nil {
+		done(context.Canceled) // excluded: the caller gave up
+		return nil, ctx.Err()
+	}
+	done(verdict)
+	return v, err
+}
+
+// lateFactor × Timeout is when a round trip is given up. Between Timeout
+// and that, the reply still decides (a late answer from Redis beats a
+// guess) but counts for the breaker as a slow reply. The slack absorbs what
+// is not Redis's slowness: on a busy host the kernel and Go schedulers
+// delay reading a reply that arrived in time by up to about 10 ms.
+const lateFactor = 3
+
+// runAlone runs one script call on its own connection: it waits (up to
+// QueueTimeout) for one of the pool's connections, so that waiting for the
+// pool is our backlog and not counted against Redis, then runs the round
+// trip. It returns the reply, the error, and the breaker's verdict.
+func (s *Store) runAlone(ctx context.Context, ln *lane, script *redis.Script, keys []string, args []any) (any, error, error) {
+	select {
+	case ln.conns <- struct{}{}:
+	default:
+		t := time.NewTimer(s.cfg.QueueTimeout)
+		select {
+		case ln.conns <- struct{}{}:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err(), nil
+		case <-t.C:
+			return nil, ErrOverloaded, ErrOverloaded
+		}
+	}
+	defer func() { <-ln.conns }()
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, start.Add(lateFactor*s.cfg.Timeout))
 	defer cancel()
-	cmds := s.execPipeline(ctx, live, false)
+	sent := int64(start.Sub(s.epoch))
+	v, err := script.Run(ctx, s.client, keys, args...).Result()
+	var re redis.Error
+	switch {
+	case err == nil:
+		return v, nil, s.slowVerdict(ln, sent, time.Since(start), true)
+	case errors.As(err, &re):
+		err = fmt.Errorf("redisstore: eval: %w", err)
+		return nil, err, err
+	}
+	err = fmt.Errorf("redisstore: eval: %w", err)
+	if !ln.countFailure(sent, int64(time.Since(s.epoch))) {
+		return nil, err, &sharedFailure{err: err}
+	}
+	return nil, err, err
+}
+
+// errSlowReply is the breaker's verdict on a reply that came later than
+// Timeout.
+var errSlowReply = errors.New("redisstore: Redis replied later than timeout")
+
+// slowVerdict is the breaker's verdict on a successful round trip sent at
+// sent (ns since epoch) that took rtt: nil when rtt is within Timeout,
+// otherwise errSlowReply for the first call (when counted) and a
+// sharedFailure for the others.
+func (s *Store) slowVerdict(ln *lane, sent int64, rtt time.Duration, first bool) error {
+	if rtt <= s.cfg.Timeout {
+		return nil
+	}
+	if first && ln.countFailure(sent, int64(time.Since(s.epoch))) {
+		return errSlowReply
+	}
+	return &sharedFailure{err: errSlowReply}
+}
+
+// runPipeline sends batch as one pipeline of EVALSHAs, then resends as EVAL
+// those that met NOSCRIPT (a restarted or flushed Redis), all within
+// lateFactor × Timeout from now. It reports the round trip's duration and
+// whether it failed as a whole (a timeout or a broken connection).
+func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(lateFactor*s.cfg.Timeout))
+	defer cancel()
+	sent := int64(start.Sub(s.epoch))
+	cmds, failed := s.execPipeline(ctx, ln, batch, false, sent)
 	var retry []*call
-	for i, c := range live {
+	for i, c := range batch {
 		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
 			retry = append(retry, c)
 		}
 	}
 	if len(retry) > 0 {
-		s.execPipeline(ctx, retry, true)
+		_, failed = s.execPipeline(ctx, ln, retry, true, sent)
 	}
+	rtt := time.Since(start)
+	if !failed && rtt > s.cfg.Timeout {
+		first := true
+		for _, c := range batch {
+			if c.err == nil {
+				c.verdict = s.slowVerdict(ln, sent, rtt, first)
+				first = false
+			}
+		}
+	}
+	return rtt, failed
 }
 
 // execPipeline sends one EVALSHA (or EVAL) per call and sets each call's
-// reply or error, except NOSCRIPT errors when !eval, which the caller
-// retries.
-func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) []*redis.Cmd {
+// reply, error and verdict, except NOSCRIPT errors when !eval, which the
+// caller retries. It reports whether the round trip failed as a whole.
+func (s *Store) execPipeline(ctx context.Context, ln *lane, calls []*call, eval bool, sent int64) ([]*redis.Cmd, bool) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		keys := []string{c.key}
 		if eval {
-			cmds[i] = s.script.Eval(ctx, pipe, keys, c.l.Rate, c.l.Burst, c.cost)
+			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
 		} else {
-			cmds[i] = s.script.EvalSha(ctx, pipe, keys, c.l.Rate, c.l.Burst, c.cost)
+			cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
-	counted := false
+	counted, failed := false, false
 	for i, c := range calls {
 		v, err := cmds[i].Result()
 		var re redis.Error
 		switch {
 		case err == nil:
-			c.rep, c.err = decodeReply(v)
+			c.v, c.err = v, nil
 		case !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
-		case !errors.As(err, &re) && counted:
-			// The round trip failed for the whole pipeline (timeout,
-			// connection): one failure for the breaker, not one per call.
-			c.err = &sharedFailure{err: fmt.Errorf("redisstore: eval: %w", err)}
-		default:
+			continue
+		case errors.As(err, &re):
 			c.err = fmt.Errorf("redisstore: eval: %w", err)
-			counted = counted || !errors.As(err, &re)
+		default:
+			// The round trip failed for the whole pipeline (timeout,
+			// connection): at most one failure for the breaker.
+			failed = true
+			c.err = fmt.Errorf("redisstore: eval: %w", err)
+			if counted || !ln.countFailure(sent, int64(time.Since(s.epoch))) {
+				c.verdict = &sharedFailure{err: c.err}
+				continue
+			}
+			counted = true
 		}
+		c.verdict = c.err
 	}
-	return cmds
+	return cmds, failed
 }
 
-// errQueuedPastDeadline is a batched call whose deadline passed while it
-// waited for a pipeline slot: Redis was never asked, so the breaker does
-// not count it.
-var errQueuedPastDeadline = fmt.Errorf("redisstore: eval: queued past the deadline: %w", context.DeadlineExceeded)
-
-// sharedFailure is the failure of a pipeline's round trip as seen by every
-// call in it but one: the breaker counts a failed round trip once.
+// sharedFailure is the failure of a round trip that the breaker does not
+// count: it failed with others, for a cause counted once already.
 type sharedFailure struct{ err error }
 
 func (e *sharedFailure) Error() string { return e.err.Error() }
@@ -367,7 +482,7 @@ func (s *Store) breakerChanged(_ string, from, to gobreaker.State) {
 }
 
 // BreakerState returns the circuit breaker's state now.
-func (s *Store) BreakerState() BreakerState { return breakerState(s.breaker.State()) }
+func (s *Store) BreakerState() BreakerState { return breakerState(s.main.breaker.State()) }
 
 // Close makes later decisions fail with ErrClosed. Decisions in flight end
 // within their deadline. The Store owns no goroutine and does not close the
