@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -92,6 +93,7 @@ func New(cfg Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	var closers []func() error
+	var storeStats func() redisstore.Stats
 	instances := 1
 	if o.Store == nil && cfg.Redis != nil {
 		client, err := redisstore.NewClient(*cfg.Redis)
@@ -104,8 +106,14 @@ func New(cfg Config, o Options) (*Server, error) {
 			client.Close()
 			return nil, err
 		}
-		o.Store, instances = store, max(1, cfg.Redis.Instances)
+		o.Store, instances, storeStats = store, max(1, cfg.Redis.Instances), store.Stats
 		closers = append(closers, store.Close, client.Close)
+	}
+	if err := tel.reg.Register(newStoreCollector(storeStats)); err != nil {
+		for _, c := range closers {
+			_ = c()
+		}
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	if o.Store == nil {
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})

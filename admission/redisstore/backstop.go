@@ -51,6 +51,7 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, ten
 		}
 		return s.backstopFallback(l, tenant, weight, cost, err)
 	}
+	s.stats.redis.Add(1)
 	return r, nil
 }
 

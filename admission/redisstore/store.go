@@ -37,7 +37,9 @@ type Store struct {
 	backstop localBackstop
 	now      func() time.Time
 	opts     Options
-	logs     logLimiter
+	logs     logLimiter // Redis trouble
+	overload logLimiter // our own queue
+	stats    stats
 	closed   atomic.Bool
 }
 
@@ -112,12 +114,13 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		o.Now = time.Now
 	}
 	s := &Store{
-		client: client,
-		cfg:    cfg,
-		now:    o.Now,
-		opts:   o,
-		epoch:  time.Now(),
-		logs:   logLimiter{every: int64(cfg.LogEvery)},
+		client:   client,
+		cfg:      cfg,
+		now:      o.Now,
+		opts:     o,
+		epoch:    time.Now(),
+		logs:     logLimiter{every: int64(cfg.LogEvery)},
+		overload: logLimiter{every: int64(cfg.LogEvery)},
 	}
 	s.main = s.newLane("redis")
 	if cfg.DenyCacheSize > 0 {
@@ -217,6 +220,7 @@ func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.L
 	}
 	if s.deny != nil {
 		if r, ok := s.deny.get(k, l, cost, s.now()); ok {
+			s.stats.denyCache.Add(1)
 			return r, Outcome{Source: FromDenyCache}, nil
 		}
 	}
@@ -235,6 +239,7 @@ func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.L
 	if !r.Allowed && s.deny != nil {
 		s.deny.put(k, l, cost, r, start)
 	}
+	s.stats.redis.Add(1)
 	return r, Outcome{Source: FromRedis}, nil
 }
 
@@ -263,17 +268,18 @@ func (s *Store) run(ctx context.Context, ln *lane, script *redis.Script, keys []
 	if err != nil {
 		return nil, ErrBreakerOpen
 	}
+	c := getCall(script, keys, args...)
+	if ln.batch == nil {
+		s.runAlone(ctx, ln, c)
+	} else {
+		err = ln.batch.do(ctx, c)
+	}
 	var v any
 	var verdict error
-	if ln.batch == nil {
-		v, err, verdict = s.runAlone(ctx, ln, script, keys, args)
-	} else {
-		c := getCall(script, keys, args...)
-		if err = ln.batch.do(ctx, c); err == nil {
-			v, err, verdict = c.v, c.err, c.verdict
-		}
-		putCall(c)
+	if err == nil {
+		v, err, verdict = c.v, c.err, c.verdict
 	}
+	putCall(c)
 	if err != nil && ctx.Err() != nil {
 		done(context.Canceled) // excluded: the caller gave up
 		return nil, ctx.Err()
@@ -289,11 +295,11 @@ func (s *Store) run(ctx context.Context, ln *lane, script *redis.Script, keys []
 // delay reading a reply that arrived in time by up to about 10 ms.
 const lateFactor = 3
 
-// runAlone runs one script call on its own connection: it waits (up to
-// QueueTimeout) for one of the pool's connections, so that waiting for the
-// pool is our backlog and not counted against Redis, then runs the round
-// trip. It returns the reply, the error, and the breaker's verdict.
-func (s *Store) runAlone(ctx context.Context, ln *lane, script *redis.Script, keys []string, args []any) (any, error, error) {
+// runAlone runs c on its own connection: it waits (up to QueueTimeout)
+// for one of the pool's connections, so that waiting for the pool is our
+// backlog and not counted against Redis, then runs the round trip. It sets
+// c's reply, error and verdict.
+func (s *Store) runAlone(ctx context.Context, ln *lane, c *call) {
 	select {
 	case ln.conns <- struct{}{}:
 	default:
@@ -303,9 +309,11 @@ func (s *Store) runAlone(ctx context.Context, ln *lane, script *redis.Script, ke
 			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err(), nil
+			c.err = ctx.Err()
+			return
 		case <-t.C:
-			return nil, ErrOverloaded, ErrOverloaded
+			c.err, c.verdict = ErrOverloaded, ErrOverloaded
+			return
 		}
 	}
 	defer func() { <-ln.conns }()
@@ -313,20 +321,26 @@ func (s *Store) runAlone(ctx context.Context, ln *lane, script *redis.Script, ke
 	ctx, cancel := context.WithDeadline(ctx, start.Add(lateFactor*s.cfg.Timeout))
 	defer cancel()
 	sent := int64(start.Sub(s.epoch))
-	v, err := script.Run(ctx, s.client, keys, args...).Result()
+	v, err := c.script.Run(ctx, s.client, c.keys, c.args...).Result()
+	rtt := time.Since(start)
 	var re redis.Error
 	switch {
 	case err == nil:
-		return v, nil, s.slowVerdict(ln, sent, time.Since(start), true)
+		c.v, c.verdict = v, s.slowVerdict(ln, sent, rtt, true)
+		s.stats.roundTrip(false, rtt > s.cfg.Timeout)
+		return
 	case errors.As(err, &re):
-		err = fmt.Errorf("redisstore: eval: %w", err)
-		return nil, err, err
+		c.err = fmt.Errorf("redisstore: eval: %w", err)
+		c.verdict = c.err
+		s.stats.roundTrip(!isScriptError(err), false)
+		return
 	}
-	err = fmt.Errorf("redisstore: eval: %w", err)
+	s.stats.roundTrip(true, false)
+	c.err = fmt.Errorf("redisstore: eval: %w", err)
+	c.verdict = c.err
 	if !ln.countFailure(sent, int64(time.Since(s.epoch))) {
-		return nil, err, &sharedFailure{err: err}
+		c.verdict = &sharedFailure{err: c.err}
 	}
-	return nil, err, err
 }
 
 // errSlowReply is the breaker's verdict on a reply that came later than
@@ -367,6 +381,7 @@ func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
 		_, failed = s.execPipeline(ctx, ln, retry, true, sent)
 	}
 	rtt := time.Since(start)
+	s.stats.roundTrip(failed, rtt > s.cfg.Timeout)
 	if !failed && rtt > s.cfg.Timeout {
 		first := true
 		for _, c := range batch {
@@ -459,15 +474,30 @@ func localShare(l ratelimit.Limit, cost float64, n int) ratelimit.Limit {
 }
 
 func (s *Store) policyApplied(p FailurePolicy, cause error, now time.Time) {
+	s.stats.policy.Add(1)
+	overload := errors.Is(cause, ErrOverloaded)
+	if overload {
+		s.stats.overloaded.Add(1)
+	}
 	if s.opts.OnPolicy != nil {
 		s.opts.OnPolicy(p, cause)
 	}
 	if s.opts.Logger == nil {
 		return
 	}
-	if n, ok := s.logs.allow(now.UnixNano()); ok {
-		s.opts.Logger.Warn("redisstore: Redis unavailable, failure policy applied",
-			"policy", p.String(), "cause", cause.Error(), "decisions", n, "breaker", s.BreakerState().String())
+	if !overload {
+		if n, ok := s.logs.allow(now.UnixNano()); ok {
+			s.opts.Logger.Warn("redisstore: Redis unavailable, failure policy applied",
+				"policy", p.String(), "cause", cause.Error(), "decisions", n, "breaker", s.BreakerState().String())
+		}
+		return
+	}
+	if n, ok := s.overload.allow(now.UnixNano()); ok {
+		// Backpressure, not Redis trouble: more decisions than this
+		// instance's pipelines carry within queue_timeout.
+		s.opts.Logger.Warn("redisstore: rate layer overloaded: decisions waited past queue_timeout in this instance's queue, failure policy applied",
+			"policy", p.String(), "decisions", n, "queue_timeout", s.cfg.QueueTimeout.String(),
+			"max_in_flight", s.cfg.Batch.MaxInFlight, "max_batch", s.cfg.Batch.MaxBatch)
 	}
 }
 
