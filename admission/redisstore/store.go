@@ -218,11 +218,17 @@ func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.L
 	if s.closed.Load() {
 		return ratelimit.Result{}, Outcome{}, ErrClosed
 	}
+	lead := false
 	if s.deny != nil {
-		if r, ok := s.deny.get(k, l, cost, s.now()); ok {
+		r, st, err := s.denied(ctx, k, l, cost)
+		switch {
+		case err != nil:
+			return ratelimit.Result{}, Outcome{}, err
+		case st == denyHit:
 			s.stats.denyCache.Add(1)
 			return r, Outcome{Source: FromDenyCache}, nil
 		}
+		lead = st == denyLead
 	}
 	// Taken before the script runs, so start + RetryAfter is never later
 	// than the refill the script computed: the denial cache must not deny
@@ -230,17 +236,50 @@ func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.L
 	start := s.now()
 	rep, err := s.eval(ctx, bucketKey(k), l, cost)
 	if err != nil {
+		if lead {
+			s.deny.settle(k, l, cost, ratelimit.Result{}, false, start)
+		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return ratelimit.Result{}, Outcome{}, ctxErr
 		}
 		return s.fallback(k, l, cost, err)
 	}
 	r := rep.result(l, cost)
-	if !r.Allowed && s.deny != nil {
+	switch {
+	case lead:
+		s.deny.settle(k, l, cost, r, true, start)
+	case s.deny != nil:
 		s.deny.put(k, l, cost, r, start)
 	}
 	s.stats.redis.Add(1)
 	return r, Outcome{Source: FromRedis}, nil
+}
+
+// denied consults the denial cache for (k, l, cost): a denial that holds
+// (denyHit), none (denyMiss), or an expired one that this caller must
+// refresh (denyLead, then settle). While another caller refreshes it, it
+// waits for that answer, at most QueueTimeout (then it asks Redis itself);
+// the error is ctx's when ctx ends first.
+func (s *Store) denied(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, denyState, error) {
+	var bound <-chan time.Time
+	for {
+		r, st, wait := s.deny.get(k, l, cost, s.now())
+		if st != denyWait {
+			return r, st, nil
+		}
+		if bound == nil {
+			t := time.NewTimer(s.cfg.QueueTimeout)
+			defer t.Stop()
+			bound = t.C
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ratelimit.Result{}, denyMiss, ctx.Err()
+		case <-bound:
+			return ratelimit.Result{}, denyMiss, nil
+		}
+	}
 }
 
 // eval runs the take script for one bucket and decodes its reply.

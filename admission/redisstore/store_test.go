@@ -482,3 +482,31 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func nan() float64 { z := 0.0; return z / z }
+
+// TestDenialCacheSingleFlight: 64 callers hammering one empty bucket
+// refill by refill: when the cached denial expires, one of them asks Redis
+// and the others wait for its answer, so Redis sees about one call per
+// refilled token, not one per caller (up to 64 per expiry before).
+func TestDenialCacheSingleFlight(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second }, Options{})
+	l := ratelimit.Limit{Rate: 5, Burst: 2}
+	k := ratelimit.BucketKey{Tenant: "herd"}
+	// Empty the bucket first: the very first takes find nothing cached.
+	for range 3 {
+		if _, err := s.Take(context.Background(), k, l, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := scriptCalls(t, srv)
+	admitted, elapsed := admitAll(t, []ratelimit.Store{s}, k, l, 64, time.Second)
+	calls := scriptCalls(t, srv) - before
+	want := l.Rate*elapsed.Seconds() + 1
+	t.Logf("%d admitted, %d script calls in %v", admitted, calls, elapsed)
+	if float64(admitted) > want+1 {
+		t.Errorf("admitted %d, want <= %.1f", admitted, want+1)
+	}
+	if float64(calls) > 2*want+4 {
+		t.Errorf("%d script calls for %d admissions, want <= %.0f (one per refill, not one per caller)", calls, admitted, 2*want+4)
+	}
+}

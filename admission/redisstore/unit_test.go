@@ -175,18 +175,78 @@ func TestDenyCacheBoundedAndExpires(t *testing.T) {
 	}
 	k := ratelimit.BucketKey{Tenant: "t"}
 	c.put(k, lim, 1, deny, now)
-	r, ok := c.get(k, lim, 1, now.Add(400*time.Millisecond))
+	hit := func(l ratelimit.Limit, cost float64, at time.Time) (ratelimit.Result, bool) {
+		r, st, _ := c.get(k, l, cost, at)
+		return r, st == denyHit
+	}
+	r, ok := hit(lim, 1, now.Add(400*time.Millisecond))
 	if !ok || r.Allowed || r.RetryAfter != 600*time.Millisecond || r.ResetAfter != 1600*time.Millisecond {
 		t.Errorf("get before expiry = %+v, %v", r, ok)
 	}
-	if _, ok := c.get(k, lim, 2, now); ok {
+	if _, ok := hit(lim, 2, now); ok {
 		t.Error("get with another cost hit")
 	}
-	if _, ok := c.get(k, ratelimit.Limit{Rate: lim.Rate * 2, Burst: lim.Burst}, 1, now); ok {
+	if _, ok := hit(ratelimit.Limit{Rate: lim.Rate * 2, Burst: lim.Burst}, 1, now); ok {
 		t.Fatal("a denial decided under the old limit answered for a new one (reload)")
 	}
-	if _, ok := c.get(k, lim, 1, now.Add(time.Second)); ok {
+	if _, ok := hit(lim, 1, now.Add(time.Second)); ok {
 		t.Error("get at expiry hit")
+	}
+}
+
+// TestDenyCacheSingleFlight: when a denial expires, the first caller
+// refreshes it and the others wait; a new denial answers them, while an
+// admission (tokens are not shared) or a failure sends them to Redis.
+func TestDenyCacheSingleFlight(t *testing.T) {
+	c := newDenyCache(64)
+	now := time.Unix(1000, 0)
+	lim := ratelimit.Limit{Rate: 5, Burst: 25}
+	deny := ratelimit.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second}
+	k := ratelimit.BucketKey{Tenant: "t"}
+	c.put(k, lim, 1, deny, now)
+	at := now.Add(time.Second)
+	if _, st, _ := c.get(k, lim, 1, at); st != denyLead {
+		t.Fatalf("first get after expiry: %v, want denyLead", st)
+	}
+	_, st, wait := c.get(k, lim, 1, at)
+	if st != denyWait || wait == nil {
+		t.Fatalf("second get during the refresh: %v, want denyWait", st)
+	}
+	select {
+	case <-wait:
+		t.Fatal("woken before the refresh settled")
+	default:
+	}
+	c.settle(k, lim, 1, deny, true, at) // denied again
+	<-wait
+	if r, st, _ := c.get(k, lim, 1, at.Add(time.Millisecond)); st != denyHit || r.RetryAfter != 999*time.Millisecond {
+		t.Fatalf("after a denial settled: %v %+v, want the new denial", st, r)
+	}
+	for _, tc := range []struct {
+		name  string
+		r     ratelimit.Result
+		ok    bool
+		state denyState
+		retry time.Duration
+	}{
+		// The refresher took the last token: the next take of 1 waits
+		// 1/5 s for the refill, and the waiters are denied until then.
+		{"admitted, bucket empty", ratelimit.Result{Allowed: true, Remaining: 0}, true, denyHit, 200 * time.Millisecond},
+		// Tokens left: each waiter takes its own from Redis.
+		{"admitted, tokens left", ratelimit.Result{Allowed: true, Remaining: 3}, true, denyMiss, 0},
+		{"no answer", ratelimit.Result{}, false, denyMiss, 0},
+	} {
+		at = at.Add(time.Second)
+		c.put(k, lim, 1, deny, at.Add(-time.Second))
+		if _, st, _ := c.get(k, lim, 1, at); st != denyLead {
+			t.Fatalf("%s: get after expiry: %v, want denyLead", tc.name, st)
+		}
+		_, _, wait := c.get(k, lim, 1, at)
+		c.settle(k, lim, 1, tc.r, tc.ok, at)
+		<-wait
+		if r, st, _ := c.get(k, lim, 1, at); st != tc.state || r.RetryAfter != tc.retry {
+			t.Errorf("%s: then get = %v %+v, want %v with RetryAfter %v", tc.name, st, r, tc.state, tc.retry)
+		}
 	}
 }
 
