@@ -12,14 +12,17 @@ import (
 // RetryAfter d at instant t will be denied again until t+d by any caller
 // (other instances can only take more), so it is answered locally without a
 // Redis call. An admitted take that leaves fewer than cost tokens says the
-// same of the next take: denied until the refill brings cost. Entries expire at t+d; memory is bounded by max entries (when
-// a shard is full it drops expired entries, then an arbitrary one).
+// same of the next take: denied until the refill brings cost. A TakeAll is
+// denied until every one of its buckets holds its cost. Entries expire
+// then; memory is bounded by max entries (when a shard is full it drops
+// expired entries, then an arbitrary one).
 //
 // When an entry expires, one caller refreshes it from Redis and the others
 // with the same take wait for its answer (single flight): a denial is
-// shared, while tokens are not, so after an admission or a failure the
-// waiters ask Redis themselves. Without this, every caller hammering an
-// empty bucket went to Redis at once each time a denial expired.
+// shared, while tokens are not, so after an admission that leaves tokens,
+// or a failure, the waiters ask Redis themselves. Without this, every
+// caller hammering an empty bucket went to Redis at once each time a
+// denial expired.
 //
 // A denyCache is safe for concurrent use.
 type denyCache struct {
@@ -35,18 +38,28 @@ type denyShard struct {
 	m  map[denyKey]denyEntry
 }
 
-// denyKey includes the limit, so a reload that changes a tenant's quota
-// never finds a denial decided under the old one: the next take asks Redis.
+// denyKey names a take, or a TakeAll by its first take and the others
+// encoded in rest. It includes the limits, so a reload that changes a
+// tenant's quota never finds a denial decided under the old one: the next
+// take asks Redis.
 type denyKey struct {
 	k    ratelimit.BucketKey
 	l    ratelimit.Limit
 	cost float64
+	rest string // the other takes of a TakeAll (denyKeyOf); empty for one
+}
+
+// denySlot is what a denial knows of one bucket, as Unix ns instants.
+type denySlot struct {
+	until     int64 // the bucket holds its take's cost again
+	resetAt   int64 // the bucket is full again
+	remaining float64
 }
 
 type denyEntry struct {
-	until     int64 // Unix ns: denied before this instant
-	resetAt   int64 // Unix ns: the bucket is full again
-	remaining float64
+	until int64      // Unix ns: denied before this instant
+	first denySlot   // the first take's bucket
+	more  []denySlot // the other takes' buckets, for a TakeAll
 	// refresh is non-nil once the entry has expired and a caller is
 	// asking Redis; it is closed when that caller settles the entry.
 	refresh chan struct{}
@@ -57,7 +70,7 @@ type denyState uint8
 
 const (
 	denyMiss denyState = iota // no denial holds: ask Redis
-	denyHit                   // denied: the Result holds
+	denyHit                   // denied: the results hold
 	denyLead                  // expired: ask Redis, then settle
 	denyWait                  // expired, another caller is asking: wait
 )
@@ -79,72 +92,114 @@ func (c *denyCache) shard(k ratelimit.BucketKey) *denyShard {
 	return &c.shards[h.Sum64()%denyShards]
 }
 
-// get returns the cached denial of (k, cost) at now, if one holds. When
-// the entry has expired, the first caller gets denyLead (and must call
-// settle), the others denyWait and a channel closed when it has settled.
-func (c *denyCache) get(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, now time.Time) (ratelimit.Result, denyState, <-chan struct{}) {
+// get looks dk up at now. On denyHit it writes the denial's results into
+// res (one per take). When the entry has expired, the first caller gets
+// denyLead (and must call settle), the others denyWait and a channel
+// closed when it has settled.
+func (c *denyCache) get(dk denyKey, now time.Time, res []ratelimit.Result) (denyState, <-chan struct{}) {
 	t := now.UnixNano()
-	dk := denyKey{k, l, cost}
-	sh := c.shard(k)
+	sh := c.shard(dk.k)
 	sh.mu.Lock()
 	e, ok := sh.m[dk]
 	switch {
 	case !ok:
 		sh.mu.Unlock()
-		return ratelimit.Result{}, denyMiss, nil
+		return denyMiss, nil
 	case t >= e.until && e.refresh != nil:
 		sh.mu.Unlock()
-		return ratelimit.Result{}, denyWait, e.refresh
+		return denyWait, e.refresh
 	case t >= e.until:
 		e.refresh = make(chan struct{})
 		sh.m[dk] = e
 		sh.mu.Unlock()
-		return ratelimit.Result{}, denyLead, nil
+		return denyLead, nil
 	}
 	sh.mu.Unlock()
-	return ratelimit.Result{
-		Remaining:  e.remaining,
-		RetryAfter: time.Duration(e.until - t),
-		ResetAfter: time.Duration(max(0, e.resetAt-t)),
-	}, denyHit, nil
+	res[0] = e.first.result(t)
+	for i, sl := range e.more {
+		res[i+1] = sl.result(t)
+	}
+	return denyHit, nil
 }
 
-// settle ends the refresh that get's denyLead started: r is the answer
-// decided at now (a denial is cached again), and ok is false when there is
-// none (an error, or the failure policy decided). The waiters are woken,
-// and find the new denial if there is one.
-func (c *denyCache) settle(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, r ratelimit.Result, ok bool, now time.Time) {
-	dk := denyKey{k, l, cost}
-	sh := c.shard(k)
+// result is the denial a slot gives at t (Unix ns).
+func (sl denySlot) result(t int64) ratelimit.Result {
+	return ratelimit.Result{
+		Remaining:  sl.remaining,
+		RetryAfter: time.Duration(max(0, sl.until-t)),
+		ResetAfter: time.Duration(max(0, sl.resetAt-t)),
+	}
+}
+
+// settle ends the refresh that get's denyLead started: res is the answer
+// to takes decided at now (what it says of the next take is cached), and
+// ok is false when there is none (an error, or the failure policy
+// decided). The waiters are woken, and find the new denial if there is
+// one.
+func (c *denyCache) settle(dk denyKey, takes []ratelimit.Take, res []ratelimit.Result, ok bool, now time.Time) {
+	var e denyEntry
+	t := now.UnixNano()
+	if ok {
+		e = denialOf(takes, res, t)
+	}
+	sh := c.shard(dk.k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if wait := denialAfter(l, cost, r); ok && wait > 0 {
-		sh.putLocked(dk, r.Remaining, wait, r.ResetAfter, now.UnixNano(), c.per) // closes the refresh
+	if e.until != 0 {
+		sh.putLocked(dk, e, t, c.per) // closes the refresh
 		return
 	}
-	if e, found := sh.m[dk]; found && e.refresh != nil {
-		close(e.refresh)
+	if old, found := sh.m[dk]; found && old.refresh != nil {
+		close(old.refresh)
 		delete(sh.m, dk)
 	}
 }
 
-// put records what r, the answer to a take of (k, cost) decided at now,
-// says of the next such take: denied until the bucket holds cost again.
-// An admission that leaves cost or more records nothing.
-func (c *denyCache) put(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, r ratelimit.Result, now time.Time) {
-	wait := denialAfter(l, cost, r)
-	if wait <= 0 {
+// put records what res, the answer to takes decided at now, says of the
+// next such take: denied until every bucket holds its cost again. An
+// admission that leaves every cost records nothing.
+func (c *denyCache) put(dk denyKey, takes []ratelimit.Take, res []ratelimit.Result, now time.Time) {
+	t := now.UnixNano()
+	e := denialOf(takes, res, t)
+	if e.until == 0 {
 		return
 	}
-	sh := c.shard(k)
+	sh := c.shard(dk.k)
 	sh.mu.Lock()
-	sh.putLocked(denyKey{k, l, cost}, r.Remaining, wait, r.ResetAfter, now.UnixNano(), c.per)
+	sh.putLocked(dk, e, t, c.per)
 	sh.mu.Unlock()
 }
 
+// denialOf is the entry res, the answer to takes at t (Unix ns), makes:
+// each bucket holds its cost again after denialAfter; the whole take is
+// denied until the last of them. Its until is zero when no bucket is
+// short.
+func denialOf(takes []ratelimit.Take, res []ratelimit.Result, t int64) denyEntry {
+	var e denyEntry
+	var longest time.Duration
+	slot := func(i int) denySlot {
+		w := denialAfter(takes[i].Limit, takes[i].Cost, res[i])
+		longest = max(longest, w)
+		return denySlot{until: t + int64(w), resetAt: t + int64(res[i].ResetAfter), remaining: res[i].Remaining}
+	}
+	e.first = slot(0)
+	if len(takes) > 1 {
+		e.more = make([]denySlot, len(takes)-1)
+		for i := range e.more {
+			e.more[i] = slot(i + 1)
+		}
+	}
+	if longest <= 0 {
+		return denyEntry{}
+	}
+	e.until = t + int64(longest)
+	return e
+}
+
 // denialAfter is how long after r, an answer to a take of cost under l,
-// the next take of cost is sure to be denied: r's RetryAfter for a denial,
-// the refill of what r left short of cost for an admission.
+// the bucket is sure to lack cost: r's RetryAfter for a denial (zero for a
+// bucket that had room in a refused TakeAll), the refill of what r left
+// short of cost for an admission.
 func denialAfter(l ratelimit.Limit, cost float64, r ratelimit.Result) time.Duration {
 	if !r.Allowed {
 		return r.RetryAfter
@@ -155,23 +210,22 @@ func denialAfter(l ratelimit.Limit, cost float64, r ratelimit.Result) time.Durat
 	return secondsToDuration((cost - r.Remaining) / l.Rate)
 }
 
-// putLocked records that dk is denied for wait from t (Unix ns), with
-// remaining tokens then and the bucket full after reset, making room among
-// at most per entries, and settles a refresh of dk in progress. sh.mu must
-// be held.
-func (sh *denyShard) putLocked(dk denyKey, remaining float64, wait, reset time.Duration, t int64, per int) {
+// putLocked records e, decided at t (Unix ns), under dk, making room
+// among at most per entries, and settles a refresh of dk in progress.
+// sh.mu must be held.
+func (sh *denyShard) putLocked(dk denyKey, e denyEntry, t int64, per int) {
 	if len(sh.m) >= per {
-		for k, e := range sh.m {
-			if t >= e.until && e.refresh == nil {
+		for k, old := range sh.m {
+			if t >= old.until && old.refresh == nil {
 				delete(sh.m, k)
 			}
 		}
-		for k, e := range sh.m {
+		for k, old := range sh.m {
 			if len(sh.m) < per {
 				break
 			}
-			if e.refresh != nil {
-				close(e.refresh)
+			if old.refresh != nil {
+				close(old.refresh)
 			}
 			delete(sh.m, k)
 		}
@@ -179,7 +233,7 @@ func (sh *denyShard) putLocked(dk denyKey, remaining float64, wait, reset time.D
 	if old, ok := sh.m[dk]; ok && old.refresh != nil {
 		close(old.refresh)
 	}
-	sh.m[dk] = denyEntry{until: t + int64(wait), resetAt: t + int64(reset), remaining: remaining}
+	sh.m[dk] = e
 }
 
 // len returns the number of entries, for tests.

@@ -3,7 +3,8 @@
 // enforce one quota between them instead of one each.
 //
 // Each take is one Lua script (take.lua) run with EVALSHA (EVAL after
-// NOSCRIPT). The script reads Redis's clock (TIME), so instances with skewed
+// NOSCRIPT); so is a TakeAll, all or nothing over several buckets of one
+// tenant (a route group's and the tenant's, or several limits on a key). The script reads Redis's clock (TIME), so instances with skewed
 // clocks agree, and applies the same arithmetic as admission's embedded
 // store. Keys are "fg:{<tag>}:<scope>" with a gateway-owned hash tag derived
 // from the tenant, so a tenant's buckets share one cluster slot whatever

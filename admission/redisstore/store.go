@@ -199,98 +199,6 @@ func (ln *lane) countFailure(sent, now int64) bool {
 	}
 }
 
-// Take implements ratelimit.Store. Under FailClosed, a take Redis cannot
-// answer returns an error matching ErrUnavailable; under the other policies
-// Redis trouble is never an error. Decide also says how the take was
-// decided.
-func (s *Store) Take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, error) {
-	r, _, err := s.Decide(ctx, k, l, cost)
-	return r, err
-}
-
-// Decide is Take that also returns how the decision was made. The error is
-// ErrInvalidTake, ErrClosed, ctx.Err() (returned as is when the caller's
-// context ends first), or an *UnavailableError under FailClosed.
-func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, Outcome, error) {
-	if !validTake(l, cost) {
-		return ratelimit.Result{}, Outcome{}, fmt.Errorf("%w: rate %v, burst %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, cost)
-	}
-	if s.closed.Load() {
-		return ratelimit.Result{}, Outcome{}, ErrClosed
-	}
-	lead := false
-	if s.deny != nil {
-		r, st, err := s.denied(ctx, k, l, cost)
-		switch {
-		case err != nil:
-			return ratelimit.Result{}, Outcome{}, err
-		case st == denyHit:
-			s.stats.denyCache.Add(1)
-			return r, Outcome{Source: FromDenyCache}, nil
-		}
-		lead = st == denyLead
-	}
-	// Taken before the script runs, so start + RetryAfter is never later
-	// than the refill the script computed: the denial cache must not deny
-	// past it.
-	start := s.now()
-	rep, err := s.eval(ctx, bucketKey(k), l, cost)
-	if err != nil {
-		if lead {
-			s.deny.settle(k, l, cost, ratelimit.Result{}, false, start)
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return ratelimit.Result{}, Outcome{}, ctxErr
-		}
-		return s.fallback(k, l, cost, err)
-	}
-	r := rep.result(l, cost)
-	switch {
-	case lead:
-		s.deny.settle(k, l, cost, r, true, start)
-	case s.deny != nil:
-		s.deny.put(k, l, cost, r, start)
-	}
-	s.stats.redis.Add(1)
-	return r, Outcome{Source: FromRedis}, nil
-}
-
-// denied consults the denial cache for (k, l, cost): a denial that holds
-// (denyHit), none (denyMiss), or an expired one that this caller must
-// refresh (denyLead, then settle). While another caller refreshes it, it
-// waits for that answer, at most QueueTimeout (then it asks Redis itself);
-// the error is ctx's when ctx ends first.
-func (s *Store) denied(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, denyState, error) {
-	var bound <-chan time.Time
-	for {
-		r, st, wait := s.deny.get(k, l, cost, s.now())
-		if st != denyWait {
-			return r, st, nil
-		}
-		if bound == nil {
-			t := time.NewTimer(s.cfg.QueueTimeout)
-			defer t.Stop()
-			bound = t.C
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return ratelimit.Result{}, denyMiss, ctx.Err()
-		case <-bound:
-			return ratelimit.Result{}, denyMiss, nil
-		}
-	}
-}
-
-// eval runs the take script for one bucket and decodes its reply.
-func (s *Store) eval(ctx context.Context, key string, l ratelimit.Limit, cost float64) (reply, error) {
-	v, err := s.run(ctx, s.main, takeScript, []string{key}, l.Rate, l.Burst, cost)
-	if err != nil {
-		return reply{}, err
-	}
-	return decodeReply(v)
-}
-
 // run runs script on keys and args through ln's breaker, batched or alone,
 // and returns its reply. The error is ctx's when ctx ended first (check
 // ctx.Err()), and otherwise the cause for the failure policy:
@@ -481,22 +389,6 @@ type sharedFailure struct{ err error }
 func (e *sharedFailure) Error() string { return e.err.Error() }
 func (e *sharedFailure) Unwrap() error { return e.err }
 
-// fallback decides by the failure policy because of cause.
-func (s *Store) fallback(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, cause error) (ratelimit.Result, Outcome, error) {
-	p := s.cfg.FailurePolicy
-	now := s.now()
-	s.policyApplied(p, cause, now)
-	out := Outcome{Source: FromPolicy, Policy: p, Cause: cause}
-	switch p {
-	case FailOpen:
-		return ratelimit.Result{Allowed: true, Remaining: max(0, l.Burst-cost)}, out, nil
-	case FailClosed:
-		return ratelimit.Result{}, out, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
-	default:
-		return s.local.TakeAt(now.UnixNano(), k, localShare(l, cost, s.cfg.Instances), cost), out, nil
-	}
-}
-
 // localShare is one instance's share of l under the Local policy: rate and
 // burst divided by n, but the burst never below the cost when l's own burst
 // admits it, so a request the shared bucket could admit is never refused
@@ -578,8 +470,6 @@ func (l *logLimiter) allow(now int64) (int64, bool) {
 	}
 	return l.count.Swap(0), true
 }
-
-var _ ratelimit.Store = (*Store)(nil)
 
 // isScriptError reports whether err is an error reply Redis gave about the
 // script or its arguments, rather than about its own health (loading,

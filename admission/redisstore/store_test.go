@@ -32,14 +32,15 @@ func TestMatchesReference(t *testing.T) {
 		denied := 0
 		for i := range 60 {
 			cost := costs[i%len(costs)]
-			rep, err := s.eval(ctx, bucketKey(k), l, cost)
+			res := make([]ratelimit.Result, 1)
+			nowUS, err := s.evalTakes(ctx, []ratelimit.Take{{Key: k, Limit: l, Cost: cost}}, res)
 			if err != nil {
 				t.Fatalf("eval: %v", err)
 			}
-			got := rep.result(l, cost)
-			want := ref.TakeAt(rep.nowUS*1000, k, l, cost)
+			got := res[0]
+			want := ref.TakeAt(nowUS*1000, k, l, cost)
 			if got != want {
-				t.Fatalf("limit %v, step %d, cost %v at %dµs:\n got %+v\nwant %+v", l, i, cost, rep.nowUS, got, want)
+				t.Fatalf("limit %v, step %d, cost %v at %dµs:\n got %+v\nwant %+v", l, i, cost, nowUS, got, want)
 			}
 			if !got.Allowed {
 				denied++

@@ -147,19 +147,46 @@ func hashTag(key string) string {
 	return key[i+1 : i+1+j]
 }
 
-func TestDecodeReplyRejectsBadShapes(t *testing.T) {
+func TestDecodeTakeRejectsBadShapes(t *testing.T) {
+	one := []ratelimit.Take{{Limit: ratelimit.Limit{Rate: 1, Burst: 4}, Cost: 1}}
+	res := make([]ratelimit.Result, 1)
 	for _, v := range []any{
 		nil, "x", []any{}, []any{int64(1), "1"}, []any{"1", "1", int64(1)},
 		[]any{int64(2), "1", int64(1)}, []any{int64(1), int64(1), int64(1)},
 		[]any{int64(1), "nan", int64(1)}, []any{int64(1), "-1", int64(1)}, []any{int64(1), "1", "1"},
+		[]any{int64(1), "1", "1", int64(1)},
 	} {
-		if _, err := decodeReply(v); !errors.Is(err, errBadReply) {
-			t.Errorf("decodeReply(%#v) = %v, want errBadReply", v, err)
+		if _, err := decodeTake(v, one, res); !errors.Is(err, errBadReply) {
+			t.Errorf("decodeTake(%#v) = %v, want errBadReply", v, err)
 		}
 	}
-	if r, err := decodeReply([]any{int64(1), "2.5", int64(7)}); err != nil || r != (reply{true, 2.5, 7}) {
-		t.Errorf("decodeReply(good) = %+v, %v", r, err)
+	if now, err := decodeTake([]any{int64(1), "2.5", int64(7)}, one, res); err != nil || now != 7 ||
+		res[0] != (ratelimit.Result{Allowed: true, Remaining: 2.5, ResetAfter: 1500 * time.Millisecond}) {
+		t.Errorf("decodeTake(good) = %+v, %v, %v", res[0], now, err)
 	}
+	two := append(one, ratelimit.Take{Limit: ratelimit.Limit{Rate: 2, Burst: 2}, Cost: 2})
+	res = make([]ratelimit.Result, 2)
+	if _, err := decodeTake([]any{int64(0), "3", "1", int64(7)}, two, res); err != nil ||
+		res[0].RetryAfter != 0 || res[1].RetryAfter != 500*time.Millisecond || res[0].Allowed || res[1].Allowed {
+		t.Errorf("decodeTake(refused pair) = %+v, %v", res, err)
+	}
+}
+
+// put1, get1 and settle1 are the denial cache's methods for one take.
+func (c *denyCache) put1(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, r ratelimit.Result, now time.Time) {
+	takes := []ratelimit.Take{{Key: k, Limit: l, Cost: cost}}
+	c.put(denyKeyOf(takes), takes, []ratelimit.Result{r}, now)
+}
+
+func (c *denyCache) get1(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, now time.Time) (ratelimit.Result, denyState, <-chan struct{}) {
+	res := make([]ratelimit.Result, 1)
+	st, wait := c.get(denyKeyOf([]ratelimit.Take{{Key: k, Limit: l, Cost: cost}}), now, res)
+	return res[0], st, wait
+}
+
+func (c *denyCache) settle1(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, r ratelimit.Result, ok bool, now time.Time) {
+	takes := []ratelimit.Take{{Key: k, Limit: l, Cost: cost}}
+	c.settle(denyKeyOf(takes), takes, []ratelimit.Result{r}, ok, now)
 }
 
 func TestDenyCacheBoundedAndExpires(t *testing.T) {
@@ -168,15 +195,15 @@ func TestDenyCacheBoundedAndExpires(t *testing.T) {
 	deny := ratelimit.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second, Remaining: 0.5}
 	lim := ratelimit.Limit{Rate: 5, Burst: 25}
 	for i := range 1000 {
-		c.put(ratelimit.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, lim, 1, deny, now)
+		c.put1(ratelimit.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, lim, 1, deny, now)
 	}
 	if n := c.len(); n > 64 {
 		t.Errorf("len = %d, want <= 64", n)
 	}
 	k := ratelimit.BucketKey{Tenant: "t"}
-	c.put(k, lim, 1, deny, now)
+	c.put1(k, lim, 1, deny, now)
 	hit := func(l ratelimit.Limit, cost float64, at time.Time) (ratelimit.Result, bool) {
-		r, st, _ := c.get(k, l, cost, at)
+		r, st, _ := c.get1(k, l, cost, at)
 		return r, st == denyHit
 	}
 	r, ok := hit(lim, 1, now.Add(400*time.Millisecond))
@@ -203,12 +230,12 @@ func TestDenyCacheSingleFlight(t *testing.T) {
 	lim := ratelimit.Limit{Rate: 5, Burst: 25}
 	deny := ratelimit.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second}
 	k := ratelimit.BucketKey{Tenant: "t"}
-	c.put(k, lim, 1, deny, now)
+	c.put1(k, lim, 1, deny, now)
 	at := now.Add(time.Second)
-	if _, st, _ := c.get(k, lim, 1, at); st != denyLead {
+	if _, st, _ := c.get1(k, lim, 1, at); st != denyLead {
 		t.Fatalf("first get after expiry: %v, want denyLead", st)
 	}
-	_, st, wait := c.get(k, lim, 1, at)
+	_, st, wait := c.get1(k, lim, 1, at)
 	if st != denyWait || wait == nil {
 		t.Fatalf("second get during the refresh: %v, want denyWait", st)
 	}
@@ -217,9 +244,9 @@ func TestDenyCacheSingleFlight(t *testing.T) {
 		t.Fatal("woken before the refresh settled")
 	default:
 	}
-	c.settle(k, lim, 1, deny, true, at) // denied again
+	c.settle1(k, lim, 1, deny, true, at) // denied again
 	<-wait
-	if r, st, _ := c.get(k, lim, 1, at.Add(time.Millisecond)); st != denyHit || r.RetryAfter != 999*time.Millisecond {
+	if r, st, _ := c.get1(k, lim, 1, at.Add(time.Millisecond)); st != denyHit || r.RetryAfter != 999*time.Millisecond {
 		t.Fatalf("after a denial settled: %v %+v, want the new denial", st, r)
 	}
 	for _, tc := range []struct {
@@ -237,14 +264,14 @@ func TestDenyCacheSingleFlight(t *testing.T) {
 		{"no answer", ratelimit.Result{}, false, denyMiss, 0},
 	} {
 		at = at.Add(time.Second)
-		c.put(k, lim, 1, deny, at.Add(-time.Second))
-		if _, st, _ := c.get(k, lim, 1, at); st != denyLead {
+		c.put1(k, lim, 1, deny, at.Add(-time.Second))
+		if _, st, _ := c.get1(k, lim, 1, at); st != denyLead {
 			t.Fatalf("%s: get after expiry: %v, want denyLead", tc.name, st)
 		}
-		_, _, wait := c.get(k, lim, 1, at)
-		c.settle(k, lim, 1, tc.r, tc.ok, at)
+		_, _, wait := c.get1(k, lim, 1, at)
+		c.settle1(k, lim, 1, tc.r, tc.ok, at)
 		<-wait
-		if r, st, _ := c.get(k, lim, 1, at); st != tc.state || r.RetryAfter != tc.retry {
+		if r, st, _ := c.get1(k, lim, 1, at); st != tc.state || r.RetryAfter != tc.retry {
 			t.Errorf("%s: then get = %v %+v, want %v with RetryAfter %v", tc.name, st, r, tc.state, tc.retry)
 		}
 	}
