@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,4 +99,51 @@ func TestTakeAllOneCall(t *testing.T) {
 			t.Errorf("TakeAll(%+v) = %v, want an invalid take", bad, err)
 		}
 	}
+}
+
+// TestRefusalWritesNothing: a refused take changes no key (INFO
+// commandstats counts no SET), so a flood of refusals costs Redis no
+// write, no replication and no AOF traffic; an admission writes its
+// buckets. The refusals go to Redis (no denial cache).
+func TestRefusalWritesNothing(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second; c.DenyCacheSize = -1 }, Options{})
+	ctx := context.Background()
+	l := ratelimit.Limit{Rate: 0.01, Burst: 3}
+	k := ratelimit.BucketKey{Tenant: "flood"}
+	sets := func() float64 { return commandStat(t, srv.Addr(), "set", "calls") }
+	before := sets()
+	for range 3 {
+		if r, err := s.Take(ctx, k, l, 1); err != nil || !r.Allowed {
+			t.Fatalf("take within the burst: %+v %v", r, err)
+		}
+	}
+	if got := sets() - before; got != 3 {
+		t.Fatalf("3 admissions: %v SETs, want 3", got)
+	}
+	pttl := func() int {
+		v, err := srv.Do("PTTL", bucketKey(k))
+		n, _ := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("PTTL = %q, %v; want a TTL", v, err)
+		}
+		return n
+	}
+	ttl := pttl()
+	before = sets()
+	for range 100 {
+		if r, err := s.Take(ctx, k, l, 1); err != nil || r.Allowed {
+			t.Fatalf("take over the burst: %+v %v", r, err)
+		}
+	}
+	if _, err := s.TakeAll(ctx, []ratelimit.Take{{Key: k, Limit: l, Cost: 1}, {Key: ratelimit.BucketKey{Tenant: "flood", Scope: "x"}, Limit: l, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sets() - before; got != 0 {
+		t.Errorf("101 refusals: %v SETs, want none", got)
+	}
+	if ttl2 := pttl(); ttl2 > ttl {
+		t.Errorf("PTTL %d after refusals (was %d): the key's expiry moved", ttl2, ttl)
+	}
+	t.Logf("Redis time per script call: %.2f µs", commandStat(t, srv.Addr(), "evalsha", "usec_per_call"))
 }
