@@ -60,7 +60,7 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, ten
 func (s *Store) evalBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, weight, cost float64) (r fairshare.BackstopResult, nowUS int64, err error) {
 	windowUS := l.Window.Microseconds()
 	everyUS := (int64(l.Window)/fairshare.LevelEvery + 999) / 1000
-	v, err := s.run(ctx, s.main, backstopScript, []string{backstopKey},
+	v, err := s.run(ctx, s.laneFor(ctx, backstopKey), backstopScript, []string{backstopKey},
 		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, tenant, weight, cost)
 	if err != nil {
 		return r, 0, err

@@ -28,6 +28,9 @@
 // overload of the rate layer (ErrOverloaded): the policy decides it, but
 // the breaker never counts it.
 //
+// On Redis Cluster each master has its own breaker and batches (a lane),
+// so one slow master fails over its own tenants only.
+//
 // A tenant known to be over quota until T is denied locally until T (the
 // denial cache).
 package redisstore

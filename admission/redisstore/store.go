@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,10 +30,19 @@ import (
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config // with defaults
-	main   *lane
-	deny   *denyCache             // nil when the denial cache is disabled
-	local  *ratelimit.MemoryStore // nil unless the policy is Local
-	epoch  time.Time              // the origin of lanes' failure instants
+	// main is the only lane, or on a cluster the lane of keys whose
+	// master is not known (the cluster's state cannot be loaded).
+	main    *lane
+	cluster *redis.ClusterClient // nil unless the client is a cluster's
+	lanesMu sync.RWMutex
+	lanes   map[string]*lane // a cluster's, by master address
+	// breakerMu guards each lane's last breaker state, from which the
+	// store's (the worst of them) is derived for OnBreakerChange.
+	breakerMu sync.Mutex
+	breakers  map[string]BreakerState
+	deny      *denyCache             // nil when the denial cache is disabled
+	local     *ratelimit.MemoryStore // nil unless the policy is Local
+	epoch     time.Time              // the origin of lanes' failure instants
 	// backstop is the Local policy's fair global backstop.
 	backstop localBackstop
 	now      func() time.Time
@@ -123,6 +133,10 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		overload: logLimiter{every: int64(cfg.LogEvery)},
 	}
 	s.main = s.newLane("redis")
+	s.breakers = map[string]BreakerState{}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.cluster, s.lanes = cc, map[string]*lane{}
+	}
 	if cfg.DenyCacheSize > 0 {
 		s.deny = newDenyCache(cfg.DenyCacheSize)
 	}
@@ -135,6 +149,12 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 	// being down at start is not an error: the failure policy covers it.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	_ = takeScript.Load(ctx, client).Err()
+	if s.cluster != nil {
+		_ = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			s.laneOf(c.Options().Addr)
+			return nil
+		})
+	}
 	cancel()
 	return s, nil
 }
@@ -432,18 +452,94 @@ func (s *Store) policyApplied(p FailurePolicy, cause error, now time.Time) {
 	}
 }
 
-func (s *Store) breakerChanged(_ string, from, to gobreaker.State) {
+func (s *Store) breakerChanged(name string, from, to gobreaker.State) {
 	f, t := breakerState(from), breakerState(to)
-	if s.opts.OnBreakerChange != nil {
-		s.opts.OnBreakerChange(f, t)
-	}
 	if s.opts.Logger != nil {
-		s.opts.Logger.Info("redisstore: circuit breaker", "from", f.String(), "to", t.String())
+		s.opts.Logger.Info("redisstore: circuit breaker", "node", name, "from", f.String(), "to", t.String())
+	}
+	s.breakerMu.Lock()
+	before := worstBreaker(s.breakers)
+	s.breakers[name] = t
+	after := worstBreaker(s.breakers)
+	s.breakerMu.Unlock()
+	if s.opts.OnBreakerChange != nil && after != before {
+		s.opts.OnBreakerChange(before, after)
 	}
 }
 
-// BreakerState returns the circuit breaker's state now.
-func (s *Store) BreakerState() BreakerState { return breakerState(s.main.breaker.State()) }
+// worstBreaker is the store's breaker state from its lanes': open when one
+// is open, half-open when one is, closed otherwise.
+func worstBreaker(states map[string]BreakerState) BreakerState {
+	w := BreakerClosed
+	for _, st := range states {
+		if st == BreakerOpen {
+			return BreakerOpen
+		}
+		if st == BreakerHalfOpen {
+			w = BreakerHalfOpen
+		}
+	}
+	return w
+}
+
+// BreakerState returns the circuit breaker's state now; on a cluster,
+// where each master has its own, the worst of them (NodeBreakers says
+// which).
+func (s *Store) BreakerState() BreakerState {
+	nodes := s.NodeBreakers()
+	return worstBreaker(nodes)
+}
+
+// NodeBreakers returns each lane's breaker state now, by name: "redis"
+// for a single node or Sentinel (and, on a cluster, for keys whose master
+// was unknown), a master's address on a cluster.
+func (s *Store) NodeBreakers() map[string]BreakerState {
+	m := map[string]BreakerState{s.main.name: breakerState(s.main.breaker.State())}
+	s.lanesMu.RLock()
+	lanes := make([]*lane, 0, len(s.lanes))
+	for _, ln := range s.lanes {
+		lanes = append(lanes, ln)
+	}
+	s.lanesMu.RUnlock()
+	for _, ln := range lanes {
+		m[ln.name] = breakerState(ln.breaker.State())
+	}
+	return m
+}
+
+// laneFor returns the lane of key: the main one, or on a cluster its
+// master's, so that a slow master opens its own breaker and fills its own
+// batches while the others' tenants keep being decided by Redis.
+func (s *Store) laneFor(ctx context.Context, key string) *lane {
+	if s.cluster == nil {
+		return s.main
+	}
+	// Only the cluster's first state load goes to the network; bound it.
+	ctx, cancel := context.WithTimeout(ctx, lateFactor*s.cfg.Timeout)
+	node, err := s.cluster.MasterForKey(ctx, key)
+	cancel()
+	if err != nil {
+		return s.main
+	}
+	return s.laneOf(node.Options().Addr)
+}
+
+// laneOf returns the lane of the master at addr, made on first use.
+func (s *Store) laneOf(addr string) *lane {
+	s.lanesMu.RLock()
+	ln := s.lanes[addr]
+	s.lanesMu.RUnlock()
+	if ln != nil {
+		return ln
+	}
+	s.lanesMu.Lock()
+	defer s.lanesMu.Unlock()
+	if ln = s.lanes[addr]; ln == nil {
+		ln = s.newLane(addr)
+		s.lanes[addr] = ln
+	}
+	return ln
+}
 
 // Close makes later decisions fail with ErrClosed. Decisions in flight end
 // within their deadline. The Store owns no goroutine and does not close the

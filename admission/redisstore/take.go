@@ -127,7 +127,7 @@ func (s *Store) evalTakes(ctx context.Context, takes []ratelimit.Take, res []rat
 		keys[i] = bucketKey(t.Key)
 		args = append(args, t.Limit.Rate, t.Limit.Burst, t.Cost)
 	}
-	v, err := s.run(ctx, s.main, takeScript, keys, args...)
+	v, err := s.run(ctx, s.laneFor(ctx, keys[0]), takeScript, keys, args...)
 	if err != nil {
 		return 0, err
 	}
