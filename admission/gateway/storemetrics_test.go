@@ -16,7 +16,7 @@ func TestStoreMetrics(t *testing.T) {
 	if got := causeKind(fmt.Errorf("wrapped: %w", redisstore.ErrOverloaded)); got != "overload" {
 		t.Errorf("causeKind(ErrOverloaded) = %q, want overload", got)
 	}
-	st := redisstore.Stats{Redis: 990, DenyCache: 5, Policy: 20, Overloaded: 15, RoundTripsOK: 40, RoundTripsSlow: 2, RoundTripsFailed: 1}
+	st := redisstore.Stats{Redis: 990, DenyCache: 5, Policy: 20, Sync: 7, Overloaded: 15, RoundTripsOK: 40, RoundTripsSlow: 2, RoundTripsFailed: 1}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newStoreCollector(func() redisstore.Stats { return st }))
 	mfs, err := reg.Gather()
@@ -31,7 +31,7 @@ func TestStoreMetrics(t *testing.T) {
 	}
 	want := map[string]float64{
 		"fairgate_store_decisions_total/redis": 990, "fairgate_store_decisions_total/deny_cache": 5,
-		"fairgate_store_decisions_total/policy": 20, "fairgate_store_round_trips_total/ok": 40,
+		"fairgate_store_decisions_total/policy": 20, "fairgate_store_decisions_total/sync": 7, "fairgate_store_round_trips_total/ok": 40,
 		"fairgate_store_round_trips_total/slow": 2, "fairgate_store_round_trips_total/failed": 1,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {

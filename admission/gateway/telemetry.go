@@ -260,7 +260,7 @@ type storeCollector struct {
 func newStoreCollector(stats func() redisstore.Stats) *storeCollector {
 	return &storeCollector{stats: stats,
 		decisions: prometheus.NewDesc("fairgate_store_decisions_total",
-			"Decisions of the shared (Redis) store by source: redis, deny_cache, or policy (the failure policy, Redis trouble or overload).",
+			"Decisions of the shared (Redis) store by source: redis, deny_cache, sync (local, sync mode), or policy (the failure policy, Redis trouble or overload).",
 			[]string{"source"}, nil),
 		trips: prometheus.NewDesc("fairgate_store_round_trips_total",
 			"Round trips to Redis by result: ok (within redis.timeout), slow (answered later, still used), failed.",
@@ -284,6 +284,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.decisions, st.Redis, "redis")
 	counter(c.decisions, st.DenyCache, "deny_cache")
 	counter(c.decisions, st.Policy, "policy")
+	counter(c.decisions, st.Sync, "sync")
 	counter(c.trips, st.RoundTripsOK, "ok")
 	counter(c.trips, st.RoundTripsSlow, "slow")
 	counter(c.trips, st.RoundTripsFailed, "failed")

@@ -22,6 +22,7 @@ const (
 	DefaultMaxBatch        = 128
 	DefaultDenyCacheSize   = 65536
 	DefaultLogEvery        = 10 * time.Second
+	DefaultSyncInterval    = 50 * time.Millisecond
 )
 
 // Config is the `redis:` section of the config file. The zero value of each
@@ -68,6 +69,15 @@ type Config struct {
 	// with the default Timeout): a queued decision waits for the round
 	// trips in flight, which may take up to three Timeouts.
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
+	// Mode is Exact (the default: one script call per decision, batched)
+	// or Sync (local decisions reconciled with Redis every SyncInterval;
+	// see Mode for the trade-off and its bound).
+	Mode Mode `yaml:"mode"`
+	// SyncInterval is how often sync mode reconciles each bucket in use
+	// with Redis. Zero means DefaultSyncInterval (50ms). Shorter is more
+	// exact and costs Redis one script call per active bucket per
+	// instance per interval.
+	SyncInterval time.Duration `yaml:"sync_interval"`
 	// FailurePolicy says what a decision is while Redis cannot answer.
 	// The zero value is Local.
 	FailurePolicy FailurePolicy `yaml:"failure_policy"`
@@ -194,6 +204,12 @@ func (c *Config) Validate() error {
 	if c.QueueTimeout < 0 {
 		bad("queue_timeout", "must be > 0 (0 means ten times timeout)")
 	}
+	if c.Mode > Sync {
+		bad("mode", "unknown mode %d", c.Mode)
+	}
+	if c.SyncInterval < 0 {
+		bad("sync_interval", "must be > 0 (0 means %v)", DefaultSyncInterval)
+	}
 	if c.LogEvery < 0 {
 		bad("log_every", "must be > 0 (0 means %v)", DefaultLogEvery)
 	}
@@ -231,6 +247,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogEvery == 0 {
 		c.LogEvery = DefaultLogEvery
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
 	}
 	return c
 }

@@ -20,9 +20,9 @@ import (
 // saturate runs callers goroutines taking from 10,000 tenants' buckets
 // through s for d, and counts the decisions by source and the policy
 // decisions by cause.
-func saturate(t *testing.T, s *Store, callers int, d time.Duration) (sources [3]int64, causes map[string]int64) {
+func saturate(t *testing.T, s *Store, callers int, d time.Duration) (sources [4]int64, causes map[string]int64) {
 	t.Helper()
-	var src [3]atomic.Int64
+	var src [4]atomic.Int64
 	var mu sync.Mutex
 	causes = map[string]int64{}
 	var wg sync.WaitGroup

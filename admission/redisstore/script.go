@@ -14,11 +14,22 @@ import (
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
+// bucketLua is the token bucket both scripts share, prepended to each.
+//
+//go:embed bucket.lua
+var bucketLua string
+
 //go:embed take.lua
 var takeLua string
 
-// takeScript runs take.lua.
-var takeScript = redis.NewScript(takeLua)
+//go:embed sync.lua
+var syncLua string
+
+// takeScript runs take.lua; syncScript runs sync.lua.
+var (
+	takeScript = redis.NewScript(bucketLua + takeLua)
+	syncScript = redis.NewScript(bucketLua + syncLua)
+)
 
 // keyPrefix starts every key the store writes.
 const keyPrefix = "fg:{"
@@ -96,10 +107,11 @@ func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, e
 			return 0, fmt.Errorf("%w: tokens = %T, want a string", errBadReply, a[i+1])
 		}
 		tokens, err := strconv.ParseFloat(ts, 64)
-		if err != nil || math.IsNaN(tokens) || tokens < 0 {
+		if err != nil || math.IsNaN(tokens) {
 			return 0, fmt.Errorf("%w: tokens = %q", errBadReply, ts)
 		}
-		r := ratelimit.Result{Allowed: allowed == 1, Remaining: tokens}
+		// Below zero is sync mode's debt (sync.lua): nothing remains.
+		r := ratelimit.Result{Allowed: allowed == 1, Remaining: max(0, tokens)}
 		if !r.Allowed {
 			r.RetryAfter = secondsToDuration((t.Cost - tokens) / t.Limit.Rate)
 		}

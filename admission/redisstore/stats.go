@@ -5,9 +5,9 @@ import "sync/atomic"
 // Stats are a Store's counters since New, for metrics (read them at
 // scrape time: the hot path pays one atomic add per decision).
 type Stats struct {
-	// Redis, DenyCache and Policy count decisions by source (see
+	// Redis, DenyCache, Policy and Sync count decisions by source (see
 	// Source). A TakeAll counts once.
-	Redis, DenyCache, Policy uint64
+	Redis, DenyCache, Policy, Sync uint64
 	// Overloaded counts the policy decisions caused by ErrOverloaded (a
 	// part of Policy): decisions that waited in this instance's own queue
 	// past QueueTimeout, with Redis possibly healthy.
@@ -21,15 +21,15 @@ type Stats struct {
 
 // stats are the Store's counters behind Stats.
 type stats struct {
-	redis, denyCache, policy, overloaded atomic.Uint64
-	rtOK, rtSlow, rtFailed               atomic.Uint64
+	redis, denyCache, policy, sync, overloaded atomic.Uint64
+	rtOK, rtSlow, rtFailed                     atomic.Uint64
 }
 
 // Stats returns the Store's counters now.
 func (s *Store) Stats() Stats {
 	st := &s.stats
 	return Stats{
-		Redis: st.redis.Load(), DenyCache: st.denyCache.Load(), Policy: st.policy.Load(),
+		Redis: st.redis.Load(), DenyCache: st.denyCache.Load(), Policy: st.policy.Load(), Sync: st.sync.Load(),
 		Overloaded:   st.overloaded.Load(),
 		RoundTripsOK: st.rtOK.Load(), RoundTripsSlow: st.rtSlow.Load(), RoundTripsFailed: st.rtFailed.Load(),
 	}

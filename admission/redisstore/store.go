@@ -25,8 +25,11 @@ import (
 // bounded by Config.Timeout; a circuit breaker stops asking a failing Redis;
 // and while Redis cannot answer, Config.FailurePolicy decides.
 //
-// A Store is safe for concurrent use. It starts no goroutine. Its zero value
-// is not usable; call New.
+// In sync mode (Config.Mode) decisions are local and a goroutine
+// reconciles them with Redis every SyncInterval (see syncer).
+//
+// A Store is safe for concurrent use. It starts no goroutine, except sync
+// mode's, which Close stops. Its zero value is not usable; call New.
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config // with defaults
@@ -42,6 +45,7 @@ type Store struct {
 	breakers  map[string]BreakerState
 	deny      *denyCache             // nil when the denial cache is disabled
 	local     *ratelimit.MemoryStore // nil unless the policy is Local
+	syncer    *syncer                // nil unless the mode is Sync
 	epoch     time.Time              // the origin of lanes' failure instants
 	// backstop is the Local policy's fair global backstop.
 	backstop localBackstop
@@ -156,6 +160,9 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		})
 	}
 	cancel()
+	if cfg.Mode == Sync {
+		s.syncer = newSyncer(s)
+	}
 	return s, nil
 }
 
@@ -287,45 +294,56 @@ func (s *Store) runAlone(ctx context.Context, ln *lane, c *call) {
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(ctx, start.Add(lateFactor*s.cfg.Timeout))
 	defer cancel()
-	sent := int64(start.Sub(s.epoch))
 	v, err := c.script.Run(ctx, s.client, c.keys, c.args...).Result()
 	rtt := time.Since(start)
 	var re redis.Error
+	failed := false
 	switch {
 	case err == nil:
-		c.v, c.verdict = v, s.slowVerdict(ln, sent, rtt, true)
-		s.stats.roundTrip(false, rtt > s.cfg.Timeout)
-		return
+		c.v = v
 	case errors.As(err, &re):
 		c.err = fmt.Errorf("redisstore: eval: %w", err)
 		c.verdict = c.err
-		s.stats.roundTrip(!isScriptError(err), false)
-		return
-	}
-	s.stats.roundTrip(true, false)
-	c.err = fmt.Errorf("redisstore: eval: %w", err)
-	c.verdict = c.err
-	if !ln.countFailure(sent, int64(time.Since(s.epoch))) {
+	default:
+		failed = true
+		c.err = fmt.Errorf("redisstore: eval: %w", err)
 		c.verdict = &sharedFailure{err: c.err}
 	}
+	s.judge(ln, []*call{c}, start, rtt, failed)
 }
 
 // errSlowReply is the breaker's verdict on a reply that came later than
 // Timeout.
 var errSlowReply = errors.New("redisstore: Redis replied later than timeout")
 
-// slowVerdict is the breaker's verdict on a successful round trip sent at
-// sent (ns since epoch) that took rtt: nil when rtt is within Timeout,
-// otherwise errSlowReply for the first call (when counted) and a
-// sharedFailure for the others.
-func (s *Store) slowVerdict(ln *lane, sent int64, rtt time.Duration, first bool) error {
-	if rtt <= s.cfg.Timeout {
-		return nil
+// judge counts a round trip sent at start that took rtt and failed as a
+// whole or not, and gives the breaker its verdict through calls: a failed
+// or slow (later than Timeout) round trip is one failure, carried by one
+// call, the others' verdicts excluding them (sharedFailure). It counts
+// only when sent after the last counted failure was seen (round trips
+// that fail together fail for one cause), and a failure noticed more than
+// a Timeout after its deadline not at all: the deadline fired late, so
+// this process was stalled (CPU starved, a long GC), which says nothing
+// about Redis.
+func (s *Store) judge(ln *lane, calls []*call, start time.Time, rtt time.Duration, failed bool) {
+	slow := rtt > s.cfg.Timeout
+	s.stats.roundTrip(failed, slow)
+	if !failed && !slow {
+		return
 	}
-	if first && ln.countFailure(sent, int64(time.Since(s.epoch))) {
-		return errSlowReply
+	stalled := failed && rtt > (lateFactor+1)*s.cfg.Timeout
+	counted := !stalled && ln.countFailure(int64(start.Sub(s.epoch)), int64(time.Since(s.epoch)))
+	for _, c := range calls {
+		var sf *sharedFailure
+		switch {
+		case failed && errors.As(c.verdict, &sf) && counted:
+			c.verdict, counted = c.err, false
+		case !failed && c.err == nil && counted:
+			c.verdict, counted = errSlowReply, false
+		case !failed && c.err == nil:
+			c.verdict = &sharedFailure{err: errSlowReply}
+		}
 	}
-	return &sharedFailure{err: errSlowReply}
 }
 
 // runPipeline sends batch as one pipeline of EVALSHAs, then resends as EVAL
@@ -336,8 +354,7 @@ func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(lateFactor*s.cfg.Timeout))
 	defer cancel()
-	sent := int64(start.Sub(s.epoch))
-	cmds, failed := s.execPipeline(ctx, ln, batch, false, sent)
+	cmds, failed := s.execPipeline(ctx, batch, false)
 	var retry []*call
 	for i, c := range batch {
 		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -345,26 +362,18 @@ func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
 		}
 	}
 	if len(retry) > 0 {
-		_, failed = s.execPipeline(ctx, ln, retry, true, sent)
+		_, failed = s.execPipeline(ctx, retry, true)
 	}
 	rtt := time.Since(start)
-	s.stats.roundTrip(failed, rtt > s.cfg.Timeout)
-	if !failed && rtt > s.cfg.Timeout {
-		first := true
-		for _, c := range batch {
-			if c.err == nil {
-				c.verdict = s.slowVerdict(ln, sent, rtt, first)
-				first = false
-			}
-		}
-	}
+	s.judge(ln, batch, start, rtt, failed)
 	return rtt, failed
 }
 
 // execPipeline sends one EVALSHA (or EVAL) per call and sets each call's
 // reply, error and verdict, except NOSCRIPT errors when !eval, which the
-// caller retries. It reports whether the round trip failed as a whole.
-func (s *Store) execPipeline(ctx context.Context, ln *lane, calls []*call, eval bool, sent int64) ([]*redis.Cmd, bool) {
+// caller retries. It reports whether the round trip failed as a whole;
+// its calls' verdicts are then excluded until judge counts one.
+func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) ([]*redis.Cmd, bool) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
@@ -375,7 +384,7 @@ func (s *Store) execPipeline(ctx context.Context, ln *lane, calls []*call, eval 
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
-	counted, failed := false, false
+	failed := false
 	for i, c := range calls {
 		v, err := cmds[i].Result()
 		var re redis.Error
@@ -388,22 +397,20 @@ func (s *Store) execPipeline(ctx context.Context, ln *lane, calls []*call, eval 
 			c.err = fmt.Errorf("redisstore: eval: %w", err)
 		default:
 			// The round trip failed for the whole pipeline (timeout,
-			// connection): at most one failure for the breaker.
+			// connection).
 			failed = true
 			c.err = fmt.Errorf("redisstore: eval: %w", err)
-			if counted || !ln.countFailure(sent, int64(time.Since(s.epoch))) {
-				c.verdict = &sharedFailure{err: c.err}
-				continue
-			}
-			counted = true
+			c.verdict = &sharedFailure{err: c.err}
+			continue
 		}
 		c.verdict = c.err
 	}
 	return cmds, failed
 }
 
-// sharedFailure is the failure of a round trip that the breaker does not
-// count: it failed with others, for a cause counted once already.
+// sharedFailure is the failure (or slow reply) of a round trip that the
+// breaker does not count: it failed with others, for a cause counted once
+// already, or while this process was stalled (see judge).
 type sharedFailure struct{ err error }
 
 func (e *sharedFailure) Error() string { return e.err.Error() }
@@ -542,10 +549,13 @@ func (s *Store) laneOf(addr string) *lane {
 }
 
 // Close makes later decisions fail with ErrClosed. Decisions in flight end
-// within their deadline. The Store owns no goroutine and does not close the
-// client, which the caller owns.
+// within their deadline. In sync mode it stops the reconciliation loop
+// (what was taken since the last reconciliation is not pushed). The Store
+// does not close the client, which the caller owns.
 func (s *Store) Close() error {
-	s.closed.Store(true)
+	if !s.closed.Swap(true) && s.syncer != nil {
+		s.syncer.close()
+	}
 	return nil
 }
 

@@ -60,6 +60,9 @@ func (s *Store) decide(ctx context.Context, takes []ratelimit.Take, res []rateli
 	if s.closed.Load() {
 		return Outcome{}, ErrClosed
 	}
+	if s.syncer != nil {
+		return s.syncer.decide(ctx, takes, res)
+	}
 	var dk denyKey
 	lead := false
 	if s.deny != nil {
