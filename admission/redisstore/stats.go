@@ -21,15 +21,19 @@ type Stats struct {
 
 // stats are the Store's counters behind Stats.
 type stats struct {
-	redis, denyCache, policy, sync, overloaded atomic.Uint64
-	rtOK, rtSlow, rtFailed                     atomic.Uint64
+	redis, denyCache, policy, overloaded atomic.Uint64
+	rtOK, rtSlow, rtFailed               atomic.Uint64
 }
 
 // Stats returns the Store's counters now.
 func (s *Store) Stats() Stats {
 	st := &s.stats
+	var synced uint64
+	if s.syncer != nil {
+		synced = s.syncer.decisions()
+	}
 	return Stats{
-		Redis: st.redis.Load(), DenyCache: st.denyCache.Load(), Policy: st.policy.Load(), Sync: st.sync.Load(),
+		Redis: st.redis.Load(), DenyCache: st.denyCache.Load(), Policy: st.policy.Load(), Sync: synced,
 		Overloaded:   st.overloaded.Load(),
 		RoundTripsOK: st.rtOK.Load(), RoundTripsSlow: st.rtSlow.Load(), RoundTripsFailed: st.rtFailed.Load(),
 	}
