@@ -46,30 +46,32 @@ func TestClusterSlowMaster(t *testing.T) {
 	}
 	defer redistest.Do(slow, "CLIENT", "UNPAUSE")
 	var mu sync.Mutex
-	sources := map[string]*[3]int{}
+	sources := map[string]*[4]int{}
 	for addr := range byNode {
-		sources[addr] = &[3]int{}
+		sources[addr] = &[4]int{}
 	}
 	var wg sync.WaitGroup
 	start := time.Now()
-	for w := range 24 {
-		addr := cl.Addrs()[w%3]
-		keys := byNode[addr]
-		wg.Go(func() {
-			for i := 0; time.Since(start) < time.Second; i++ {
-				_, out, err := s.Decide(ctx, keys[i%len(keys)], bigLimit, 1)
-				if err != nil {
-					t.Errorf("Decide: %v", err)
-					return
+	busy := othersBusy(t, func() {
+		defer wg.Wait()
+		for w := range 24 {
+			addr := cl.Addrs()[w%3]
+			keys := byNode[addr]
+			wg.Go(func() {
+				for i := 0; time.Since(start) < time.Second; i++ {
+					_, out, err := s.Decide(ctx, keys[i%len(keys)], bigLimit, 1)
+					if err != nil {
+						t.Errorf("Decide: %v", err)
+						return
+					}
+					mu.Lock()
+					sources[addr][out.Source]++
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // paced like requests
 				}
-				mu.Lock()
-				sources[addr][out.Source]++
-				mu.Unlock()
-				time.Sleep(time.Millisecond) // paced like requests
-			}
-		})
-	}
-	wg.Wait()
+			})
+		}
+	}, cl.Servers[0].Pid(), cl.Servers[1].Pid(), cl.Servers[2].Pid())
 	breakers := s.NodeBreakers()
 	for addr, src := range sources {
 		total := src[FromRedis] + src[FromPolicy]
@@ -79,6 +81,9 @@ func TestClusterSlowMaster(t *testing.T) {
 				t.Errorf("stalled master %s: %d policy decisions, breaker %v; want its breaker open", addr, src[FromPolicy], breakers[addr])
 			}
 			continue
+		}
+		if busy {
+			continue // other processes starve these masters too: not judged
 		}
 		if float64(src[FromPolicy]) > 0.01*float64(total) || breakers[addr] != BreakerClosed {
 			t.Errorf("healthy master %s: %d of %d decisions by the policy, breaker %v; want Redis and closed", addr, src[FromPolicy], total, breakers[addr])
