@@ -9,8 +9,8 @@ import (
 )
 
 // cpuTicks returns the machine's busy CPU time and that of the given
-// processes (0 is this one), in clock ticks, from /proc; ok is false where
-// /proc is not Linux's.
+// processes (0 is this one), in clock ticks (USER_HZ, 100 a second), from
+// /proc; ok is false where /proc is not Linux's.
 func cpuTicks(pids ...int) (machine, procs int64, ok bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {

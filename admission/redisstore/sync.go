@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
@@ -36,9 +37,12 @@ import (
 // few intervals.
 //
 // A reconciliation pushes what was taken and pulls g (sync.lua). The
-// background loop reconciles every view that took something in the
-// interval; a take that finds its view missing or older than two
-// intervals reconciles it first, as one batched script call. While Redis
+// background loop reconciles every view taken from or asked in the last
+// two intervals, so views in use stay fresh off the request path. A view
+// older than that (asked seldom, or Redis too slow to keep up) is stale:
+// its share of g no longer counts, only the refill since, and a take that
+// needs more reconciles it first, as one batched script call; so does the
+// first take of a bucket. A view unused for ten intervals is forgotten. While Redis
 // cannot answer, views go stale and the failure policy decides (Local:
 // this instance's share of the quota); what it admits then is not pushed.
 //
@@ -130,7 +134,7 @@ func (y *syncer) decide(ctx context.Context, takes []ratelimit.Take, res []ratel
 	sh := &y.shards[y.shard(takes[0].Key)]
 	sh.mu.Lock()
 	for _, t := range takes {
-		if v := sh.m[t.Key]; v == nil || v.l != t.Limit || now-v.syncedAt >= 2*y.interval {
+		if v := sh.m[t.Key]; v == nil || v.l != t.Limit || (v.stale(now, y.interval) && v.allowance(now, y.n, y.interval, t.Cost) < t.Cost) {
 			stale = append(stale, t)
 		}
 	}
@@ -174,14 +178,22 @@ func (y *syncer) decide(ctx context.Context, takes []ratelimit.Take, res []ratel
 }
 
 // allowance is what this instance may still take from v at now (see
-// syncer) for a take of cost.
+// syncer) for a take of cost. A stale view's share of g is not counted
+// (g is too old to divide): only the refill since.
 func (v *syncView) allowance(now int64, n float64, interval int64, cost float64) float64 {
 	share := v.g / n
 	if v.g >= cost && share < cost {
 		share = cost
 	}
+	if v.stale(now, interval) {
+		share = min(0, share) // a debt still counts
+	}
 	return share + v.refill(now, interval) - v.taken - v.pushing
 }
+
+// stale reports whether v was last reconciled two intervals or more
+// before now.
+func (v *syncView) stale(now, interval int64) bool { return now-v.syncedAt >= 2*interval }
 
 // refill is what the bucket's rate has added since the reconciliation,
 // counted for at most one interval.
@@ -245,7 +257,7 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 		if rep, err = y.s.run(ctx, y.s.laneFor(ctx, key), syncScript, []string{key}, t.Limit.Rate, t.Limit.Burst, pushes[i].amount); err != nil {
 			break
 		}
-		if gs[i], err = decodeSync(rep); err != nil {
+		if err = decodeSync(rep, gs[i:i+1]); err != nil {
 			break
 		}
 	}
@@ -260,9 +272,11 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 	return err
 }
 
-// reconcileAll pushes what every view took since the last interval and
-// pulls the fleet's tokens, in pipelines per Redis lane, and forgets the
-// views unused for ten intervals.
+// reconcileAll pushes what every view in use took since the last
+// interval and pulls the fleet's tokens, in pipelines per Redis lane, and
+// forgets the views unused for ten intervals. On a single node one script
+// call reconciles up to syncKeysPerCall buckets (a cluster's calls hold
+// one key: keys of a call must share a slot).
 func (y *syncer) reconcileAll() {
 	now := y.s.now().UnixNano()
 	type item struct {
@@ -270,7 +284,6 @@ func (y *syncer) reconcileAll() {
 		v      *syncView
 		amount float64
 		seq    uint64
-		c      *call
 	}
 	var items []item
 	for i := range y.shards {
@@ -278,7 +291,9 @@ func (y *syncer) reconcileAll() {
 		sh.mu.Lock()
 		for k, v := range sh.m {
 			switch {
-			case v.taken > 0:
+			case v.taken > 0 || now-v.lastUse <= 2*y.interval:
+				// Taken from, or asked lately: kept fresh here, off
+				// the request path.
 				amount, seq := v.pushLocked()
 				items = append(items, item{k: k, v: v, amount: amount, seq: seq})
 			case v.pushing == 0 && now-v.lastUse > 10*y.interval:
@@ -287,73 +302,130 @@ func (y *syncer) reconcileAll() {
 		}
 		sh.mu.Unlock()
 	}
+	per := syncKeysPerCall
+	if y.s.cluster != nil {
+		per = 1
+	}
 	// By lane: a slow master delays and fails its own buckets only.
-	byLane := map[*lane][]*call{}
+	type group struct {
+		items []int // indexes into items
+		c     *call
+	}
+	byLane := map[*lane][]*group{}
+	var groups []*group
 	ctx := context.Background()
 	for i := range items {
-		it := &items[i]
-		key := bucketKey(it.k)
-		it.c = getCall(syncScript, []string{key}, it.v.l.Rate, it.v.l.Burst, it.amount)
-		ln := y.s.laneFor(ctx, key)
-		byLane[ln] = append(byLane[ln], it.c)
+		ln := y.s.laneFor(ctx, bucketKey(items[i].k))
+		gs := byLane[ln]
+		if len(gs) == 0 || len(gs[len(gs)-1].items) == per {
+			gs = append(gs, &group{})
+			groups = append(groups, gs[len(gs)-1])
+			byLane[ln] = gs
+		}
+		g := gs[len(gs)-1]
+		g.items = append(g.items, i)
+	}
+	for _, g := range groups {
+		keys := make([]string, len(g.items))
+		args := make([]any, 0, 3*len(g.items))
+		for j, i := range g.items {
+			it := &items[i]
+			keys[j] = bucketKey(it.k)
+			args = append(args, it.v.l.Rate, it.v.l.Burst, it.amount)
+		}
+		g.c = getCall(syncScript, keys, args...)
 	}
 	var wg sync.WaitGroup
-	for ln, calls := range byLane {
-		wg.Go(func() { y.reconcileLane(ln, calls) })
+	for ln, gs := range byLane {
+		calls := make([]*call, len(gs))
+		for i, g := range gs {
+			calls[i] = g.c
+		}
+		wg.Go(func() { y.reconcileLane(ln, calls, max(1, syncKeysPerPipeline/per)) })
 	}
 	wg.Wait()
 	now = y.s.now().UnixNano()
-	for _, it := range items {
-		g, err := it.c.v, it.c.err
-		var tokens float64
+	for _, g := range groups {
+		gs := make([]float64, len(g.items))
+		err := g.c.err
 		if err == nil {
-			tokens, err = decodeSync(g)
+			err = decodeSync(g.c.v, gs)
 		}
-		sh := &y.shards[y.shard(it.k)]
-		sh.mu.Lock()
-		it.v.settleLocked(it.amount, it.seq, tokens, err == nil, now)
-		sh.mu.Unlock()
-		putCall(it.c)
+		for j, i := range g.items {
+			it := &items[i]
+			sh := &y.shards[y.shard(it.k)]
+			sh.mu.Lock()
+			it.v.settleLocked(it.amount, it.seq, gs[j], err == nil, now)
+			sh.mu.Unlock()
+		}
+		putCall(g.c)
 	}
 }
+
+// Reconciliation batching: buckets per script call on a single node, and
+// buckets per pipeline, so that one pipeline's work in Redis (about 1.5µs
+// a bucket) stays far below Timeout.
+const (
+	syncKeysPerCall     = 64
+	syncKeysPerPipeline = 512
+)
 
 // reconcileLane sends calls through ln's breaker in pipelines of at most
-// MaxBatch.
-func (y *syncer) reconcileLane(ln *lane, calls []*call) {
-	for batch := range slices.Chunk(calls, y.s.cfg.Batch.MaxBatch) {
-		done, err := ln.breaker.Allow()
-		if err != nil {
-			for _, c := range batch {
-				c.err = ErrBreakerOpen
+// perPipeline, two at once (one in Redis while this process reads the
+// other's replies).
+func (y *syncer) reconcileLane(ln *lane, calls []*call, perPipeline int) {
+	batches := slices.Collect(slices.Chunk(calls, perPipeline))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	// Redis runs one script at a time: more pipelines at once would only
+	// queue there, past the round-trip timeout.
+	for range min(len(batches), minInFlight) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(batches)); i = next.Add(1) - 1 {
+				y.reconcileBatch(ln, batches[i])
 			}
-			continue
-		}
-		y.s.runPipeline(ln, batch)
-		var verdict error
-		for _, c := range batch {
-			if c.verdict != nil {
-				verdict = c.verdict
-				break
-			}
-		}
-		done(verdict)
+		})
 	}
+	wg.Wait()
 }
 
-// decodeSync checks the shape of sync.lua's reply, {"%.17g", µs}, and
-// returns the bucket's tokens.
-func decodeSync(v any) (float64, error) {
+// reconcileBatch sends one pipeline of calls through ln's breaker.
+func (y *syncer) reconcileBatch(ln *lane, batch []*call) {
+	done, err := ln.breaker.Allow()
+	if err != nil {
+		for _, c := range batch {
+			c.err = ErrBreakerOpen
+		}
+		return
+	}
+	y.s.runPipeline(ln, batch)
+	var verdict error
+	for _, c := range batch {
+		if c.verdict != nil {
+			verdict = c.verdict
+			break
+		}
+	}
+	done(verdict)
+}
+
+// decodeSync checks the shape of sync.lua's reply for n buckets, {"%.17g"
+// per bucket, µs}, and writes the buckets' tokens into gs.
+func decodeSync(v any, gs []float64) error {
 	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return 0, fmt.Errorf("%w: sync: %T %v, want a 2-element array", errBadReply, v, v)
+	if !ok || len(a) != len(gs)+1 {
+		return fmt.Errorf("%w: sync: %T %v, want a %d-element array", errBadReply, v, v, len(gs)+1)
 	}
-	s, ok := a[0].(string)
-	if !ok {
-		return 0, fmt.Errorf("%w: sync: tokens = %T, want a string", errBadReply, a[0])
+	for i := range gs {
+		s, ok := a[i].(string)
+		if !ok {
+			return fmt.Errorf("%w: sync: tokens = %T, want a string", errBadReply, a[i])
+		}
+		g, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(g) {
+			return fmt.Errorf("%w: sync: tokens = %q", errBadReply, s)
+		}
+		gs[i] = g
 	}
-	g, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(g) {
-		return 0, fmt.Errorf("%w: sync: tokens = %q", errBadReply, s)
-	}
-	return g, nil
+	return nil
 }

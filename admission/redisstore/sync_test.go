@@ -80,18 +80,23 @@ func TestSyncOverAdmission(t *testing.T) {
 }
 
 // TestSyncRedisDiesAndReturns: Redis killed mid-traffic in sync mode: no
-// decision errs or waits long, the failure policy decides once the views
-// go stale; Redis restarted (empty): decisions come from the synced views
-// again without intervention.
+// decision errs or waits long; once the views are stale and their last
+// interval's refill is spent, the failure policy decides; Redis restarted
+// (empty): decisions come from the synced views again without
+// intervention.
 func TestSyncRedisDiesAndReturns(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) {
 		c.Mode, c.Instances = Sync, 2
 		c.Breaker.OpenFor = 100 * time.Millisecond
 	}, Options{})
+	// 8 callers at up to 5,000 a second each, over three tenants of
+	// 1,000 a second: a stale view's refill (50 tokens an interval) is
+	// soon spent.
+	l := ratelimit.Limit{Rate: 1000, Burst: 1000}
 	tr := startTraffic(t, 8, func(w, i int) (Outcome, error) {
 		k := ratelimit.BucketKey{Tenant: []string{"a", "b", "c"}[(w+i)%3]}
-		_, out, err := s.Decide(context.Background(), k, bigLimit, 1)
+		_, out, err := s.Decide(context.Background(), k, l, 1)
 		return out, err
 	})
 	tr.waitFor("synced decisions", func() bool { return tr.count(FromSync) > 1000 })
