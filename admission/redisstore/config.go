@@ -82,8 +82,9 @@ type Config struct {
 	// The zero value is Local.
 	FailurePolicy FailurePolicy `yaml:"failure_policy"`
 	// Instances is the number of gateway instances sharing the Redis. Under
-	// the Local policy each instance enforces 1/Instances of every quota.
-	// Zero means 1.
+	// the Local policy each instance enforces 1/Instances of every quota;
+	// in sync mode each may take 1/Instances of a bucket's tokens between
+	// reconciliations. Zero means 1.
 	Instances int `yaml:"instances"`
 	// Breaker configures the circuit breaker in front of Redis.
 	Breaker BreakerConfig `yaml:"breaker"`

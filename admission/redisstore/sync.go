@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -127,36 +128,57 @@ func (y *syncer) loop() {
 }
 
 // decide decides takes (of one tenant, checked) into res from the local
-// views, reconciling the missing and stale ones first.
+// views, under one lock, reconciling first the views that are missing or
+// stale and short.
 func (y *syncer) decide(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (Outcome, error) {
-	now := y.s.now().UnixNano()
-	var stale []ratelimit.Take
 	sh := &y.shards[y.shard(takes[0].Key)]
-	sh.mu.Lock()
-	for _, t := range takes {
-		if v := sh.m[t.Key]; v == nil || v.l != t.Limit || (v.stale(now, y.interval) && v.allowance(now, y.n, y.interval, t.Cost) < t.Cost) {
-			stale = append(stale, t)
+	for attempt := 0; ; attempt++ {
+		now := y.s.now().UnixNano()
+		sh.mu.Lock()
+		stale := y.staleLocked(sh, takes, now)
+		if stale == nil {
+			y.decideLocked(sh, takes, res, now)
+			sh.mu.Unlock()
+			return Outcome{Source: FromSync}, nil
 		}
-	}
-	sh.mu.Unlock()
-	if len(stale) > 0 {
-		if err := y.refresh(ctx, stale); err != nil {
+		sh.mu.Unlock()
+		err := errViewChanged
+		if attempt == 0 {
+			err = y.refresh(ctx, stale)
+		}
+		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return Outcome{}, ctxErr
 			}
 			return y.s.fallback(takes, res, err)
 		}
-		now = y.s.now().UnixNano()
 	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+}
+
+// errViewChanged is the cause of a policy decision whose views were
+// replaced (a reload changed the limit) while it reconciled them.
+var errViewChanged = errors.New("redisstore: sync: views changed while reconciling")
+
+// staleLocked returns the takes whose views must be reconciled before
+// deciding: missing, of another limit (a reload), or stale and short of
+// the cost. Nil (no allocation) when there is none. sh.mu must be held.
+func (y *syncer) staleLocked(sh *syncShard, takes []ratelimit.Take, now int64) []ratelimit.Take {
+	var stale []ratelimit.Take
+	for _, t := range takes {
+		v := sh.m[t.Key]
+		if v == nil || v.l != t.Limit || (v.stale(now, y.interval) && v.allowance(now, y.n, y.interval, t.Cost) < t.Cost) {
+			stale = append(stale, t)
+		}
+	}
+	return stale
+}
+
+// decideLocked decides takes into res, all or nothing, from their views,
+// which exist. sh.mu must be held.
+func (y *syncer) decideLocked(sh *syncShard, takes []ratelimit.Take, res []ratelimit.Result, now int64) {
 	all := true
 	for i, t := range takes {
-		v := sh.m[t.Key]
-		if v == nil || v.l != t.Limit { // reloaded in between: ask again
-			return y.s.fallback(takes, res, fmt.Errorf("redisstore: sync: view of %v changed", t.Key))
-		}
-		a := v.allowance(now, y.n, y.interval, t.Cost)
+		a := sh.m[t.Key].allowance(now, y.n, y.interval, t.Cost)
 		res[i] = ratelimit.Result{Remaining: max(0, a)}
 		if a < t.Cost {
 			all = false
@@ -174,7 +196,6 @@ func (y *syncer) decide(ctx context.Context, takes []ratelimit.Take, res []ratel
 		res[i].ResetAfter = secondsToDuration((t.Limit.Burst - v.fleet(now, y.interval)) / t.Limit.Rate)
 	}
 	sh.decisions++
-	return Outcome{Source: FromSync}, nil
 }
 
 // allowance is what this instance may still take from v at now (see
