@@ -43,9 +43,11 @@ import (
 // older than that (asked seldom, or Redis too slow to keep up) is stale:
 // its share of g no longer counts, only the refill since, and a take that
 // needs more reconciles it first, as one batched script call; so does the
-// first take of a bucket. A view unused for ten intervals is forgotten. While Redis
-// cannot answer, views go stale and the failure policy decides (Local:
-// this instance's share of the quota); what it admits then is not pushed.
+// first take of a bucket. A view unused for syncForget (or ten intervals,
+// if longer) is forgotten: a stale view costs Redis nothing, only memory.
+// While Redis cannot answer, views go stale: they admit at most one
+// interval's refill, then the failure policy decides (Local: this
+// instance's share of the quota); what it admits is not pushed.
 //
 // A syncer is safe for concurrent use.
 type syncer struct {
@@ -295,7 +297,7 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 
 // reconcileAll pushes what every view in use took since the last
 // interval and pulls the fleet's tokens, in pipelines per Redis lane, and
-// forgets the views unused for ten intervals. On a single node one script
+// forgets the views unused for long (see syncer). On a single node one script
 // call reconciles up to syncKeysPerCall buckets (a cluster's calls hold
 // one key: keys of a call must share a slot).
 func (y *syncer) reconcileAll() {
@@ -317,7 +319,7 @@ func (y *syncer) reconcileAll() {
 				// the request path.
 				amount, seq := v.pushLocked()
 				items = append(items, item{k: k, v: v, amount: amount, seq: seq})
-			case v.pushing == 0 && now-v.lastUse > 10*y.interval:
+			case v.pushing == 0 && now-v.lastUse > max(int64(syncForget), 10*y.interval):
 				delete(sh.m, k)
 			}
 		}
@@ -382,6 +384,9 @@ func (y *syncer) reconcileAll() {
 		putCall(g.c)
 	}
 }
+
+// syncForget is how long a view may go unused before it is forgotten.
+const syncForget = 10 * time.Second
 
 // Reconciliation batching: buckets per script call on a single node, and
 // buckets per pipeline, so that one pipeline's work in Redis (about 1.5µs
