@@ -9,11 +9,27 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
+// bucketLua is the token bucket both scripts share, prepended to each.
+//
+//go:embed bucket.lua
+var bucketLua string
+
 //go:embed take.lua
 var takeLua string
+
+//go:embed sync.lua
+var syncLua string
+
+// takeScript runs take.lua; syncScript runs sync.lua.
+var (
+	takeScript = redis.NewScript(bucketLua + takeLua)
+	syncScript = redis.NewScript(bucketLua + syncLua)
+)
 
 // keyPrefix starts every key the store writes.
 const keyPrefix = "fg:{"
@@ -67,47 +83,42 @@ func plainScope(s string) bool {
 	return true
 }
 
-// reply is the script's answer.
-type reply struct {
-	allowed bool
-	tokens  float64 // after the take
-	nowUS   int64   // the Redis clock the script read, µs
-}
-
-// decodeReply checks the shape of the script's reply: {0|1, "%.17g", µs}.
-func decodeReply(v any) (reply, error) {
+// decodeTake checks the shape of take.lua's reply to takes, {0|1,
+// "%.17g" per take, µs}, and derives each take's Result from its bucket's
+// tokens exactly as the embedded store's bucket arithmetic does. It
+// returns the Redis clock the script read (µs).
+func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, error) {
+	n := len(takes)
 	a, ok := v.([]any)
-	if !ok || len(a) != 3 {
-		return reply{}, fmt.Errorf("%w: %T %v, want a 3-element array", errBadReply, v, v)
+	if !ok || len(a) != n+2 {
+		return 0, fmt.Errorf("%w: %T %v, want a %d-element array", errBadReply, v, v, n+2)
 	}
 	allowed, ok := a[0].(int64)
 	if !ok || (allowed != 0 && allowed != 1) {
-		return reply{}, fmt.Errorf("%w: allowed = %T %v, want 0 or 1", errBadReply, a[0], a[0])
+		return 0, fmt.Errorf("%w: allowed = %T %v, want 0 or 1", errBadReply, a[0], a[0])
 	}
-	ts, ok := a[1].(string)
+	now, ok := a[n+1].(int64)
 	if !ok {
-		return reply{}, fmt.Errorf("%w: tokens = %T, want a string", errBadReply, a[1])
+		return 0, fmt.Errorf("%w: now = %T, want an integer", errBadReply, a[n+1])
 	}
-	tokens, err := strconv.ParseFloat(ts, 64)
-	if err != nil || math.IsNaN(tokens) || tokens < 0 {
-		return reply{}, fmt.Errorf("%w: tokens = %q", errBadReply, ts)
+	for i, t := range takes {
+		ts, ok := a[i+1].(string)
+		if !ok {
+			return 0, fmt.Errorf("%w: tokens = %T, want a string", errBadReply, a[i+1])
+		}
+		tokens, err := strconv.ParseFloat(ts, 64)
+		if err != nil || math.IsNaN(tokens) {
+			return 0, fmt.Errorf("%w: tokens = %q", errBadReply, ts)
+		}
+		// Below zero is sync mode's debt (sync.lua): nothing remains.
+		r := ratelimit.Result{Allowed: allowed == 1, Remaining: max(0, tokens)}
+		if !r.Allowed {
+			r.RetryAfter = secondsToDuration((t.Cost - tokens) / t.Limit.Rate)
+		}
+		r.ResetAfter = secondsToDuration((t.Limit.Burst - tokens) / t.Limit.Rate)
+		res[i] = r
 	}
-	now, ok := a[2].(int64)
-	if !ok {
-		return reply{}, fmt.Errorf("%w: now = %T, want an integer", errBadReply, a[2])
-	}
-	return reply{allowed: allowed == 1, tokens: tokens, nowUS: now}, nil
-}
-
-// result derives the Result from the script's reply exactly as
-// admission's bucket.take does from the same tokens.
-func (r reply) result(l ratelimit.Limit, cost float64) ratelimit.Result {
-	res := ratelimit.Result{Allowed: r.allowed, Remaining: r.tokens}
-	if !r.allowed {
-		res.RetryAfter = secondsToDuration((cost - r.tokens) / l.Rate)
-	}
-	res.ResetAfter = secondsToDuration((l.Burst - r.tokens) / l.Rate)
-	return res
+	return now, nil
 }
 
 // secondsToDuration rounds s seconds up to a Duration, as admission does,
