@@ -59,6 +59,8 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"redis.timeout: must be > 0", "redis.instances", "redis.pool_size", "redis.db", "redis.breaker.failures", "redis.breaker.open_for", "redis.batch.max_in_flight"}},
 		{"cluster db", Config{Addrs: []string{"a:1"}, Cluster: true, DB: 2}, []string{"redis.db: must be 0 with cluster"}},
 		{"bad policy", Config{Addrs: []string{"a:1"}, FailurePolicy: 9}, []string{"redis.failure_policy"}},
+		{"batching", Config{Addrs: []string{"a:1"}, PoolSize: 4, QueueTimeout: -1, Batch: BatchConfig{MaxInFlight: 8, MaxBatch: -1}},
+			[]string{"redis.batch.max_in_flight: 8 pipelines in flight need as many connections; pool_size is 4", "redis.batch.max_batch", "redis.queue_timeout"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
