@@ -248,8 +248,22 @@ func redisCommandUS(b *testing.B, addr string) float64 {
 // BenchmarkSyncTake is sync mode's hot path: a local decision on a view
 // that is fresh (10,000 tenants, reconciled in the background).
 func BenchmarkSyncTake(b *testing.B) {
+	benchmarkTake(b, func(c *Config) { c.Mode = Sync }, 1)
+}
+
+// BenchmarkExactTake is exact mode's hot path: a take batched with the
+// other goroutines' into pipelines (10,000 tenants, default config; 128
+// goroutines on two cores, so that pipelines fill).
+func BenchmarkExactTake(b *testing.B) {
+	benchmarkTake(b, nil, 64)
+}
+
+// benchmarkTake measures Take on a store configured by edit, from
+// parallelism × GOMAXPROCS goroutines over 10,000 tenants, each taken
+// from once first.
+func benchmarkTake(b *testing.B, edit func(*Config), parallelism int) {
 	srv := redistest.StartServer(b)
-	s := newTestStore(b, []string{srv.Addr()}, func(c *Config) { c.Mode = Sync }, Options{})
+	s := newTestStore(b, []string{srv.Addr()}, edit, Options{})
 	ctx := context.Background()
 	keys := make([]ratelimit.BucketKey, benchKeys)
 	for i := range keys {
@@ -258,6 +272,7 @@ func BenchmarkSyncTake(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.SetParallelism(parallelism)
 	b.ReportAllocs()
 	b.ResetTimer()
 	var seq atomic.Uint64

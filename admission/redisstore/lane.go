@@ -36,6 +36,9 @@ func (s *Store) newLane(name string) *lane {
 		// the same way on a healthy server, and must not open the breaker
 		// for every other tenant).
 		IsExcluded: func(err error) bool {
+			if err == nil {
+				return false // the common case: no allocation
+			}
 			var sf *sharedFailure
 			return errors.Is(err, context.Canceled) || isScriptError(err) ||
 				errors.Is(err, ErrOverloaded) || errors.As(err, &sf)

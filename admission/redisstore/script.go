@@ -3,10 +3,10 @@ package redisstore
 import (
 	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,20 +51,27 @@ const maxPlainScope = 64
 // 128 bits of its SHA-256 in hex. '#' is outside the plain alphabet, so the
 // two forms cannot collide, and no scope can make a key long.
 func bucketKey(k ratelimit.BucketKey) string {
-	tag := globalTag
-	if k.Tenant != "" {
-		tag = hash128(k.Tenant)
+	// One allocation: the key is built in a buffer on the stack.
+	var buf [len(keyPrefix) + 32 + 2 + 1 + maxPlainScope]byte
+	b := append(buf[:0], keyPrefix...)
+	if k.Tenant == "" {
+		b = append(b, globalTag...)
+	} else {
+		b = appendHash128(b, k.Tenant)
 	}
-	scope := k.Scope
-	if !plainScope(scope) {
-		scope = "#" + hash128(scope)
+	b = append(b, "}:"...)
+	if plainScope(k.Scope) {
+		b = append(b, k.Scope...)
+	} else {
+		b = appendHash128(append(b, '#'), k.Scope)
 	}
-	return keyPrefix + tag + "}:" + scope
+	return string(b)
 }
 
-func hash128(s string) string {
+// appendHash128 appends the first 128 bits of SHA-256(s) in hex to b.
+func appendHash128(b []byte, s string) []byte {
 	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
+	return hex.AppendEncode(b, sum[:16])
 }
 
 func plainScope(s string) bool {
@@ -83,8 +90,8 @@ func plainScope(s string) bool {
 	return true
 }
 
-// decodeTake checks the shape of take.lua's reply to takes, {0|1,
-// "%.17g" per take, µs}, and derives each take's Result from its bucket's
+// decodeTake checks the shape of take.lua's reply to takes, {0|1, a
+// little-endian double per take, µs}, and derives each take's Result from its bucket's
 // tokens exactly as the embedded store's bucket arithmetic does. It
 // returns the Redis clock the script read (µs).
 func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, error) {
@@ -102,13 +109,9 @@ func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, e
 		return 0, fmt.Errorf("%w: now = %T, want an integer", errBadReply, a[n+1])
 	}
 	for i, t := range takes {
-		ts, ok := a[i+1].(string)
-		if !ok {
-			return 0, fmt.Errorf("%w: tokens = %T, want a string", errBadReply, a[i+1])
-		}
-		tokens, err := strconv.ParseFloat(ts, 64)
-		if err != nil || math.IsNaN(tokens) {
-			return 0, fmt.Errorf("%w: tokens = %q", errBadReply, ts)
+		tokens, err := decodeDouble(a[i+1])
+		if err != nil {
+			return 0, err
 		}
 		// Below zero is sync mode's debt (sync.lua): nothing remains.
 		r := ratelimit.Result{Allowed: allowed == 1, Remaining: max(0, tokens)}
@@ -119,6 +122,19 @@ func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, e
 		res[i] = r
 	}
 	return now, nil
+}
+
+// decodeDouble decodes a script's struct.pack '<d' number.
+func decodeDouble(v any) (float64, error) {
+	s, ok := v.(string)
+	if !ok || len(s) != 8 {
+		return 0, fmt.Errorf("%w: tokens = %T %q, want 8 bytes", errBadReply, v, v)
+	}
+	f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s)))
+	if math.IsNaN(f) {
+		return 0, fmt.Errorf("%w: tokens = NaN", errBadReply)
+	}
+	return f, nil
 }
 
 // secondsToDuration rounds s seconds up to a Duration, as admission does,

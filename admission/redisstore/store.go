@@ -236,12 +236,11 @@ func (s *Store) runAlone(ctx context.Context, ln *lane, c *call) {
 	defer cancel()
 	v, err := c.script.Run(ctx, s.client, c.keys, c.args...).Result()
 	rtt := time.Since(start)
-	var re redis.Error
 	failed := false
 	switch {
 	case err == nil:
 		c.v = v
-	case errors.As(err, &re):
+	case isRedisError(err):
 		c.err = fmt.Errorf("redisstore: eval: %w", err)
 		c.verdict = c.err
 	default:
@@ -297,7 +296,7 @@ func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
 	cmds, failed := s.execPipeline(ctx, batch, false)
 	var retry []*call
 	for i, c := range batch {
-		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			retry = append(retry, c)
 		}
 	}
@@ -327,13 +326,12 @@ func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) ([]*
 	failed := false
 	for i, c := range calls {
 		v, err := cmds[i].Result()
-		var re redis.Error
 		switch {
 		case err == nil:
 			c.v, c.err = v, nil
 		case !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
 			continue
-		case errors.As(err, &re):
+		case isRedisError(err):
 			c.err = fmt.Errorf("redisstore: eval: %w", err)
 		default:
 			// The round trip failed for the whole pipeline (timeout,
@@ -428,10 +426,23 @@ func (l *logLimiter) allow(now int64) (int64, bool) {
 	return l.count.Swap(0), true
 }
 
+// isRedisError reports whether err is (or wraps) an error reply from
+// Redis. It allocates nothing for a nil err.
+func isRedisError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
 // isScriptError reports whether err is an error reply Redis gave about the
 // script or its arguments, rather than about its own health (loading,
 // busy, read-only replica, cluster down, out of memory, failing over).
 func isScriptError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false

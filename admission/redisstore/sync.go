@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -435,21 +434,18 @@ func (y *syncer) reconcileBatch(ln *lane, batch []*call) {
 	done(verdict)
 }
 
-// decodeSync checks the shape of sync.lua's reply for n buckets, {"%.17g"
-// per bucket, µs}, and writes the buckets' tokens into gs.
+// decodeSync checks the shape of sync.lua's reply for n buckets, {a
+// little-endian double per bucket, µs}, and writes the buckets' tokens
+// into gs.
 func decodeSync(v any, gs []float64) error {
 	a, ok := v.([]any)
 	if !ok || len(a) != len(gs)+1 {
 		return fmt.Errorf("%w: sync: %T %v, want a %d-element array", errBadReply, v, v, len(gs)+1)
 	}
 	for i := range gs {
-		s, ok := a[i].(string)
-		if !ok {
-			return fmt.Errorf("%w: sync: tokens = %T, want a string", errBadReply, a[i])
-		}
-		g, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsNaN(g) {
-			return fmt.Errorf("%w: sync: tokens = %q", errBadReply, s)
+		g, err := decodeDouble(a[i])
+		if err != nil {
+			return err
 		}
 		gs[i] = g
 	}

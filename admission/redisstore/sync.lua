@@ -12,7 +12,7 @@
 --          and used: tokens this instance took since its last sync (>= 0)
 --
 -- Reply: {tokens of bucket 1 after the debit, ..., tokens of bucket n
--- ("%.17g"; negative is debt), now (µs)}. A bucket with nothing used is
+-- (struct.pack '<d', exact; negative is debt), now (µs)}. A bucket with nothing used is
 -- not written.
 
 local now = clock()
@@ -26,7 +26,7 @@ for i = 1, #KEYS do
     tokens = math.max(tokens - used, -burst)
     store(KEYS[i], tokens, last, now, rate, burst)
   end
-  reply[i] = string.format('%.17g', tokens)
+  reply[i] = struct.pack('<d', tokens)
 end
 reply[#KEYS + 1] = now
 return reply

@@ -124,3 +124,28 @@ func TestModeText(t *testing.T) {
 		t.Errorf("bad mode and interval: %v, want both named", err)
 	}
 }
+
+// TestSyncTakeAll: in sync mode too a TakeAll is all or nothing: once the
+// group's bucket is spent, the tenant's bucket is not charged, and the
+// refusal says which bucket lacks tokens.
+func TestSyncTakeAll(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Mode = Sync }, Options{})
+	ctx := context.Background()
+	group := ratelimit.Take{Key: ratelimit.BucketKey{Tenant: "acme", Scope: "export"}, Limit: ratelimit.Limit{Rate: 0.1, Burst: 2}, Cost: 1}
+	tenant := ratelimit.Take{Key: ratelimit.BucketKey{Tenant: "acme"}, Limit: ratelimit.Limit{Rate: 0.1, Burst: 100}, Cost: 1}
+	for i := range 2 {
+		if res, out, err := s.DecideAll(ctx, []ratelimit.Take{group, tenant}); err != nil || out.Source != FromSync || !res[0].Allowed || !res[1].Allowed {
+			t.Fatalf("TakeAll %d: %+v %+v %v", i, res, out, err)
+		}
+	}
+	for range 5 {
+		res, out, err := s.DecideAll(ctx, []ratelimit.Take{group, tenant})
+		if err != nil || out.Source != FromSync || res[0].Allowed || res[1].Allowed || res[0].RetryAfter <= 0 || res[1].RetryAfter != 0 {
+			t.Fatalf("TakeAll with the group spent: %+v %+v %v", res, out, err)
+		}
+	}
+	if r, _ := s.Take(ctx, tenant.Key, tenant.Limit, 1); !r.Allowed || r.Remaining < 96.9 || r.Remaining > 97.1 {
+		t.Errorf("tenant bucket after 2 admissions, 5 refusals and this take: %+v, want 97 left", r)
+	}
+}

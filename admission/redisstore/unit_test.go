@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +59,8 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"redis.timeout: must be > 0", "redis.instances", "redis.pool_size", "redis.db", "redis.breaker.failures", "redis.breaker.open_for", "redis.batch.max_in_flight"}},
 		{"cluster db", Config{Addrs: []string{"a:1"}, Cluster: true, DB: 2}, []string{"redis.db: must be 0 with cluster"}},
 		{"bad policy", Config{Addrs: []string{"a:1"}, FailurePolicy: 9}, []string{"redis.failure_policy"}},
+		{"batching", Config{Addrs: []string{"a:1"}, PoolSize: 4, QueueTimeout: -1, Batch: BatchConfig{MaxInFlight: 8, MaxBatch: -1}},
+			[]string{"redis.batch.max_in_flight: 8 pipelines in flight need as many connections; pool_size is 4", "redis.batch.max_batch", "redis.queue_timeout"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -151,25 +155,30 @@ func TestDecodeTakeRejectsBadShapes(t *testing.T) {
 	one := []ratelimit.Take{{Limit: ratelimit.Limit{Rate: 1, Burst: 4}, Cost: 1}}
 	res := make([]ratelimit.Result, 1)
 	for _, v := range []any{
-		nil, "x", []any{}, []any{int64(1), "1"}, []any{"1", "1", int64(1)},
-		[]any{int64(2), "1", int64(1)}, []any{int64(1), int64(1), int64(1)},
-		[]any{int64(1), "nan", int64(1)}, []any{int64(1), "1", "1"},
-		[]any{int64(1), "1", "1", int64(1)},
+		nil, "x", []any{}, []any{int64(1), dbl(1)}, []any{"1", dbl(1), int64(1)},
+		[]any{int64(2), dbl(1), int64(1)}, []any{int64(1), int64(1), int64(1)}, []any{int64(1), "1", int64(1)},
+		[]any{int64(1), dbl(math.NaN()), int64(1)}, []any{int64(1), dbl(1), "1"},
+		[]any{int64(1), dbl(1), dbl(1), int64(1)},
 	} {
 		if _, err := decodeTake(v, one, res); !errors.Is(err, errBadReply) {
 			t.Errorf("decodeTake(%#v) = %v, want errBadReply", v, err)
 		}
 	}
-	if now, err := decodeTake([]any{int64(1), "2.5", int64(7)}, one, res); err != nil || now != 7 ||
+	if now, err := decodeTake([]any{int64(1), dbl(2.5), int64(7)}, one, res); err != nil || now != 7 ||
 		res[0] != (ratelimit.Result{Allowed: true, Remaining: 2.5, ResetAfter: 1500 * time.Millisecond}) {
 		t.Errorf("decodeTake(good) = %+v, %v, %v", res[0], now, err)
 	}
 	two := append(one, ratelimit.Take{Limit: ratelimit.Limit{Rate: 2, Burst: 2}, Cost: 2})
 	res = make([]ratelimit.Result, 2)
-	if _, err := decodeTake([]any{int64(0), "3", "1", int64(7)}, two, res); err != nil ||
+	if _, err := decodeTake([]any{int64(0), dbl(3), dbl(1), int64(7)}, two, res); err != nil ||
 		res[0].RetryAfter != 0 || res[1].RetryAfter != 500*time.Millisecond || res[0].Allowed || res[1].Allowed {
 		t.Errorf("decodeTake(refused pair) = %+v, %v", res, err)
 	}
+}
+
+// dbl is f as the scripts return it: struct.pack '<d'.
+func dbl(f float64) string {
+	return string(binary.LittleEndian.AppendUint64(nil, math.Float64bits(f)))
 }
 
 // put1, get1 and settle1 are the denial cache's methods for one take.
