@@ -51,8 +51,9 @@ import (
 // A syncer is safe for concurrent use.
 type syncer struct {
 	s        *Store
-	n        float64 // Config.Instances
-	interval int64   // ns
+	n        float64   // Config.Instances
+	interval int64     // ns
+	epoch    time.Time // instant syncClockStart of clock
 	seed     maphash.Seed
 	shards   [syncShards]syncShard
 
@@ -86,23 +87,33 @@ func (y *syncer) decisions() uint64 {
 type syncView struct {
 	l        ratelimit.Limit
 	g        float64 // the fleet's tokens at the last reconciliation
-	syncedAt int64   // local ns of the last reconciliation; 0: never
+	syncedAt int64   // clock of the last reconciliation; 0: never
 	seq      uint64  // reconciliations sent; replies older than applied are ignored
 	applied  uint64
 	taken    float64 // taken since the last push
 	pushing  float64 // taken, pushed, not yet acknowledged
-	lastUse  int64   // local ns
+	lastUse  int64   // clock of the last take
 }
 
 func newSyncer(s *Store) *syncer {
 	y := &syncer{s: s, n: float64(s.cfg.Instances), interval: int64(s.cfg.SyncInterval),
-		seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
+		epoch: s.now(), seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range y.shards {
 		y.shards[i].m = map[ratelimit.BucketKey]*syncView{}
 	}
 	go y.loop()
 	return y
 }
+
+// syncClockStart is clock's value when the syncer is made: far above 0, so
+// that a view never reconciled (syncedAt 0) is always stale.
+const syncClockStart = 1 << 62
+
+// clock returns the syncer's current instant in ns: a difference of two
+// readings of the store's clock, so with time.Now the monotonic clock, as
+// for the embedded store (ratelimit.MemoryStore.Clock). Stepping the wall
+// clock neither refills views nor freezes them.
+func (y *syncer) clock() int64 { return syncClockStart + int64(y.s.now().Sub(y.epoch)) }
 
 func (y *syncer) shard(k ratelimit.BucketKey) int {
 	return int(maphash.String(y.seed, k.Tenant) % syncShards)
@@ -134,7 +145,7 @@ func (y *syncer) loop() {
 func (y *syncer) decide(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (Outcome, error) {
 	sh := &y.shards[y.shard(takes[0].Key)]
 	for attempt := 0; ; attempt++ {
-		now := y.s.now().UnixNano()
+		now := y.clock()
 		sh.mu.Lock()
 		stale := y.staleLocked(sh, takes, now)
 		if stale == nil {
@@ -265,7 +276,7 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 	for i, t := range takes {
 		v := sh.m[t.Key]
 		if v == nil || v.l != t.Limit {
-			v = &syncView{l: t.Limit, lastUse: y.s.now().UnixNano()}
+			v = &syncView{l: t.Limit, lastUse: y.clock()}
 			sh.m[t.Key] = v
 		}
 		pushes[i].amount, pushes[i].seq = v.pushLocked()
@@ -283,7 +294,7 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 			break
 		}
 	}
-	now := y.s.now().UnixNano()
+	now := y.clock()
 	sh.mu.Lock()
 	for i, t := range takes {
 		if v := sh.m[t.Key]; v != nil {
@@ -300,7 +311,7 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 // call reconciles up to syncKeysPerCall buckets (a cluster's calls hold
 // one key: keys of a call must share a slot).
 func (y *syncer) reconcileAll() {
-	now := y.s.now().UnixNano()
+	now := y.clock()
 	type item struct {
 		k      ratelimit.BucketKey
 		v      *syncView
@@ -366,7 +377,7 @@ func (y *syncer) reconcileAll() {
 		wg.Go(func() { y.reconcileLane(ln, calls, max(1, syncKeysPerPipeline/per)) })
 	}
 	wg.Wait()
-	now = y.s.now().UnixNano()
+	now = y.clock()
 	for _, g := range groups {
 		gs := make([]float64, len(g.items))
 		err := g.c.err
