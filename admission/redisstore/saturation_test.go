@@ -70,9 +70,9 @@ func causeWord(err error) string {
 // queue in front of Redis is long, but that is our backlog, not Redis
 // trouble, and the breaker must never open. The target is at most 0.1% of
 // decisions by the failure policy (BenchmarkDecisions reports it); this
-// test allows 1%, as the machine it runs on may be busy with other work
-// that stalls this process and Redis alike (before the round-trip timeout
-// stopped counting our queue, 97-99.99% came from the policy).
+// test allows 1%, and judges only when other processes left the machine
+// to it (they would stall Redis for real). Before the round-trip timeout
+// stopped counting our queue, 97-99.99% came from the policy.
 func TestSaturationStaysOnRedis(t *testing.T) {
 	srv := redistest.StartServer(t)
 	var opened atomic.Int64
@@ -89,11 +89,10 @@ func TestSaturationStaysOnRedis(t *testing.T) {
 	t.Logf("%d decisions: redis %d, policy %d %v; breaker opened %d times; depth %d",
 		total, sources[FromRedis], sources[FromPolicy], causes, opened.Load(), s.main.batch.depth())
 	switch {
-	case raceEnabled, busy:
-		// Ten times slower under the race detector; other processes
-		// starving Redis make its replies slow for real. Either way
-		// this run says nothing about our queue.
-		t.Logf("race detector on or machine busy: not judged")
+	case busy:
+		// Other processes starving Redis make its replies slow for
+		// real: this run says nothing about our queue.
+		t.Logf("machine busy with other processes: not judged")
 	case float64(sources[FromPolicy]) > 0.01*float64(total):
 		t.Errorf("%d of %d decisions by the failure policy (%v), want <= 1%%", sources[FromPolicy], total, causes)
 		fallthrough

@@ -60,8 +60,9 @@ type Store struct {
 // Options are the Store's collaborators. The zero value is usable.
 type Options struct {
 	// Now is the local clock, used for the denial cache, the Local policy,
-	// sync mode's views and log rate limiting, never for the shared
-	// buckets (Redis's clock decides those). Nil means time.Now. Deadlines always use real time.
+	// sync mode's local views and log rate limiting, never for the shared
+	// buckets (Redis's clock decides those). Nil means time.Now. Deadlines
+	// and sync mode's reconciliation ticker always use real time.
 	Now func() time.Time
 	// Logger receives at most one line per Config.LogEvery about failure
 	// policy decisions, and one per breaker state change. Nil means no

@@ -28,10 +28,11 @@ import (
 // refill at the full rate (an instance that carries all the traffic gets
 // all of it). So within one interval the fleet admits at most
 // g + n × rate × interval where one bucket admits g + rate × interval,
-// and the excess goes to Redis as debt that the refill repays before the
-// next admission: in all, at most n × (rate × interval + cost) beyond
-// the exact answer (the cost term: an instance may take one cost whole
-// when g holds it, or no instance could ever take a cost above g/n).
+// and the excess goes to Redis as debt (capped at one burst) that the
+// refill repays before the next admission: in all, at most n × (rate ×
+// interval + cost) beyond the exact answer (the cost term: an instance
+// may take one cost whole when g holds it, or no instance could ever take
+// a cost above g/n).
 // With an even load the debt settles each instance at rate/n; with an
 // uneven one the idle instances' shares of g flow to the busy one over a
 // few intervals.
