@@ -22,6 +22,7 @@ unit:
 #   go test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime 10m ./admission/ratelimit
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzBucket$$' -fuzztime $(FUZZTIME) ./admission/ratelimit
+	$(GO) test -run '^$$' -fuzz '^FuzzTakeAll$$' -fuzztime $(FUZZTIME) ./admission/ratelimit
 	$(GO) test -run '^$$' -fuzz '^FuzzRateLimitHeaders$$' -fuzztime $(FUZZTIME) ./admission
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./admission
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./admission/gateway

@@ -230,7 +230,7 @@ func TestAlertRules(t *testing.T) {
 			checkRefs(t, path+" "+r.Alert, r.Expr, names)
 		}
 	}
-	for _, want := range []string{"FairgateTenantThrottled", "FairgateOverloaded", "FairgateRedisFailurePolicyEngaged"} {
+	for _, want := range []string{"FairgateTenantThrottled", "FairgateOverloaded", "FairgateRedisFailurePolicyEngaged", "FairgateRateLayerOverloaded"} {
 		if !alerts[want] {
 			t.Errorf("%s: no alert %s", path, want)
 		}

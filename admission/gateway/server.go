@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -177,33 +178,43 @@ func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, in
 	if tel, err = newTelemetry(o); err != nil {
 		return nil, nil, 0, err
 	}
-	closers, instances, err = newStore(cfg, o)
-	return tel, closers, instances, err
+	closers, instances, stats, err := newStore(cfg, o)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if err := tel.reg.Register(newStoreCollector(stats)); err != nil {
+		for _, c := range closers {
+			_ = c()
+		}
+		return nil, nil, 0, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	return tel, closers, instances, nil
 }
 
 // newStore sets o.Store, when nil, to the Redis store cfg.Redis describes
 // (with o's hooks) or else an embedded store. It returns what Close must
-// close and the number of instances sharing the store.
-func newStore(cfg Config, o *Options) (closers []func() error, instances int, err error) {
+// close, the number of instances sharing the store, and the Redis store's
+// counters for the metrics (nil for a store it did not make).
+func newStore(cfg Config, o *Options) (closers []func() error, instances int, stats func() redisstore.Stats, err error) {
 	instances = 1
 	if o.Store == nil && cfg.Redis != nil {
 		client, err := redisstore.NewClient(*cfg.Redis)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		store, err := redisstore.New(client, *cfg.Redis, redisstore.Options{Now: o.Now, Logger: o.Logger,
 			OnPolicy: o.OnRedisPolicy, OnBreakerChange: o.OnBreakerChange})
 		if err != nil {
 			client.Close()
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
-		o.Store, instances = store, max(1, cfg.Redis.Instances)
+		o.Store, instances, stats = store, max(1, cfg.Redis.Instances), store.Stats
 		closers = append(closers, store.Close, client.Close)
 	}
 	if o.Store == nil {
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
-	return closers, instances, nil
+	return closers, instances, stats, nil
 }
 
 // setIfNot sets h[key] to the single value v unless it already is that.

@@ -218,6 +218,9 @@ func newTelemetry(o *Options) (*telemetry, error) {
 	t.reloads.WithLabelValues("ok")
 	t.reloads.WithLabelValues("error")
 	m.SetBreakerState("closed")
+	for _, p := range [...]string{"local", "fail_open", "fail_closed"} {
+		m.StorePolicy.WithLabelValues(p, "overload")
+	}
 	// The Redis store's hooks feed the store metrics; a caller's own
 	// hooks still run.
 	onPolicy, onBreaker := o.OnRedisPolicy, o.OnBreakerChange
@@ -242,11 +245,55 @@ func causeKind(err error) string {
 	switch {
 	case errors.Is(err, redisstore.ErrBreakerOpen):
 		return "breaker_open"
+	case errors.Is(err, redisstore.ErrOverloaded):
+		return "overload"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
 	default:
 		return "error"
 	}
+}
+
+// storeCollector reports the Redis store's counters at scrape time (zero
+// without a Redis store), so the hot path pays only the store's own atomic
+// adds: decisions by source, and round trips by result, which says whether
+// Redis is answering while the failure policy decides.
+type storeCollector struct {
+	stats            func() redisstore.Stats // nil: no Redis store
+	decisions, trips *prometheus.Desc
+}
+
+func newStoreCollector(stats func() redisstore.Stats) *storeCollector {
+	return &storeCollector{stats: stats,
+		decisions: prometheus.NewDesc("fairgate_store_decisions_total",
+			"Decisions of the shared (Redis) store by source: redis, deny_cache, sync (local, sync mode), or policy (the failure policy, Redis trouble or overload).",
+			[]string{"source"}, nil),
+		trips: prometheus.NewDesc("fairgate_store_round_trips_total",
+			"Round trips to Redis by result: ok (within redis.timeout), slow (answered later, still used), failed.",
+			[]string{"result"}, nil),
+	}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.decisions
+	ch <- c.trips
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	var st redisstore.Stats
+	if c.stats != nil {
+		st = c.stats()
+	}
+	counter := func(d *prometheus.Desc, v uint64, label string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
+	}
+	counter(c.decisions, st.Redis, "redis")
+	counter(c.decisions, st.DenyCache, "deny_cache")
+	counter(c.decisions, st.Policy, "policy")
+	counter(c.decisions, st.Sync, "sync")
+	counter(c.trips, st.RoundTripsOK, "ok")
+	counter(c.trips, st.RoundTripsSlow, "slow")
+	counter(c.trips, st.RoundTripsFailed, "failed")
 }
 
 // RecordReload counts a config reload attempt in

@@ -28,22 +28,31 @@ func (b bucket) tokensAt(l Limit, now int64) float64 {
 
 // take takes cost tokens at now when the bucket holds them. It returns the
 // new state and the result. The state's last never moves backwards, so a
-// skewed clock cannot mint tokens.
+// skewed clock cannot mint tokens. A denial changes nothing: the state
+// refills from its old instant exactly as from now (the Redis script skips
+// its write then).
 func (b bucket) take(l Limit, now int64, cost float64) (bucket, Result) {
 	tokens := b.tokensAt(l, now)
-	if now < b.last {
-		now = b.last
+	if tokens < cost {
+		return b, denial(l, tokens, cost)
 	}
-	var r Result
-	if tokens >= cost {
-		tokens -= cost
-		r.Allowed = true
-	} else {
-		r.RetryAfter = secondsToDuration((cost - tokens) / l.Rate)
+	tokens -= cost
+	return bucket{tokens: tokens, last: max(now, b.last)}, Result{
+		Allowed:    true,
+		Remaining:  tokens,
+		ResetAfter: secondsToDuration((l.Burst - tokens) / l.Rate),
 	}
-	r.Remaining = tokens
-	r.ResetAfter = secondsToDuration((l.Burst - tokens) / l.Rate)
-	return bucket{tokens: tokens, last: now}, r
+}
+
+// denial is the Result of a take of cost refused by a bucket holding
+// tokens under l: RetryAfter is the time until it holds cost (zero when it
+// does already: a TakeAll refused by another bucket).
+func denial(l Limit, tokens, cost float64) Result {
+	return Result{
+		Remaining:  tokens,
+		RetryAfter: secondsToDuration((cost - tokens) / l.Rate),
+		ResetAfter: secondsToDuration((l.Burst - tokens) / l.Rate),
+	}
 }
 
 // fullAt returns the instant (Unix ns) at which b is full again under l.

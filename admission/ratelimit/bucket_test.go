@@ -80,8 +80,8 @@ func FuzzBucket(f *testing.F) {
 					t.Fatalf("allowed with RetryAfter %v", r.RetryAfter)
 				}
 			} else {
-				if nb.tokens != before {
-					t.Fatalf("denied take changed tokens %v -> %v", before, nb.tokens)
+				if nb != b {
+					t.Fatalf("denied take changed the state %+v -> %+v", b, nb)
 				}
 				if before >= cost {
 					t.Fatalf("denied with %v tokens for cost %v", before, cost)

@@ -1,18 +1,21 @@
 package ratelimit
 
 import (
-	"github.com/fairgate/fairgate/internal/fairshare"
-
 	"context"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/fairshare"
 )
 
 // MemoryStore is the embedded Store: token buckets in an in-process map,
-// split into shards so that concurrent decisions for different tenants rarely
-// share a lock. Taking from a bucket that exists allocates nothing.
+// split into shards by tenant so that concurrent decisions for different
+// tenants rarely share a lock, while a tenant's buckets share one: a
+// TakeAll of one tenant's buckets takes one lock. Taking from a bucket that
+// exists allocates nothing.
 //
 // Memory is bounded by forgetting: a bucket that has refilled to full is the
 // same as one never seen, so each shard drops such buckets as it sweeps
@@ -126,13 +129,9 @@ func (s *MemoryStore) Clock() int64 { return int64(s.now().Sub(s.epoch)) }
 // Taking from a bucket that exists allocates nothing; a new bucket is one
 // small allocation.
 func (s *MemoryStore) TakeAt(now int64, k BucketKey, l Limit, cost float64) Result {
-	h := s.hash(k)
-	sh := s.shardOf(h)
+	h, sh := s.locate(k)
 	sh.mu.Lock()
-	if now >= sh.nextSweep {
-		sh.sweepLocked(now)
-		sh.nextSweep = now + s.sweep
-	}
+	s.sweepDueLocked(sh, now)
 	e := sh.getLocked(h, k)
 	if e == nil {
 		e = &memEntry{key: k, b: fullBucket(l, now)}
@@ -145,12 +144,77 @@ func (s *MemoryStore) TakeAt(now int64, k BucketKey, l Limit, cost float64) Resu
 	return r
 }
 
+// sweepDueLocked drops sh's full buckets when its sweep is due at now.
+// sh.mu must be held.
+func (s *MemoryStore) sweepDueLocked(sh *memShard, now int64) {
+	if now >= sh.nextSweep {
+		sh.sweepLocked(now)
+		sh.nextSweep = now + s.sweep
+	}
+}
+
+// TakeAll implements MultiStore: all or nothing, under the locks of the
+// takes' shards (one for one tenant's buckets). The only error is
+// ErrDuplicateBucket.
+func (s *MemoryStore) TakeAll(_ context.Context, takes []Take) ([]Result, error) {
+	res := make([]Result, len(takes))
+	return res, s.TakeAllAt(s.Clock(), takes, res)
+}
+
+// TakeAllAt is TakeAll at the instant now on the store's clock (see
+// Clock), writing one Result per take into res, which must be as long as
+// takes.
+func (s *MemoryStore) TakeAllAt(now int64, takes []Take, res []Result) error {
+	if Duplicate(takes) {
+		return ErrDuplicateBucket
+	}
+	// Lock each shard once, in index order, so that two TakeAlls over
+	// the same shards cannot deadlock.
+	var buf [4]int
+	shards := buf[:0]
+	for _, t := range takes {
+		if _, i := s.hash(t.Key); !slices.Contains(shards, i) {
+			shards = append(shards, i)
+		}
+	}
+	slices.Sort(shards)
+	for _, i := range shards {
+		s.shards[i].mu.Lock()
+		s.sweepDueLocked(&s.shards[i], now)
+	}
+	all := true
+	for i, t := range takes {
+		h, sh := s.locate(t.Key)
+		tokens := t.Limit.Burst
+		if e := sh.getLocked(h, t.Key); e != nil {
+			tokens = e.b.tokensAt(t.Limit, now)
+		}
+		res[i] = denial(t.Limit, tokens, t.Cost)
+		all = all && tokens >= t.Cost
+	}
+	if all {
+		for i, t := range takes {
+			h, sh := s.locate(t.Key)
+			e := sh.getLocked(h, t.Key)
+			if e == nil {
+				e = &memEntry{key: t.Key, b: fullBucket(t.Limit, now)}
+				sh.addLocked(h, e)
+			}
+			e.b, res[i] = e.b.take(t.Limit, now, t.Cost)
+			e.fullAt = e.b.fullAt(t.Limit)
+		}
+	}
+	for _, i := range shards {
+		s.shards[i].mu.Unlock()
+	}
+	return nil
+}
+
 // Tokens returns the tokens bucket k holds now under l, for the admin view.
 // It changes nothing.
 func (s *MemoryStore) Tokens(k BucketKey, l Limit) float64 {
 	now := s.Clock()
-	h := s.hash(k)
-	sh := s.shardOf(h)
+	h, sh := s.locate(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.getLocked(h, k)
@@ -223,18 +287,26 @@ func (sh *memShard) sweepLocked(now int64) {
 	}
 }
 
-// hash is the 64-bit hash of k that chooses its shard and finds it there.
-// Two keys with the same hash are still told apart (see getLocked).
-func (s *MemoryStore) hash(k BucketKey) uint64 {
-	h := maphash.String(s.seed, k.Tenant)
+// locate returns the 64-bit hash of k that finds it in its shard, and
+// the shard, chosen by the tenant alone so that a tenant's buckets share
+// one lock. Two keys with the same hash are still told apart (see
+// getLocked).
+func (s *MemoryStore) locate(k BucketKey) (uint64, *memShard) {
+	h, i := s.hash(k)
+	return h, &s.shards[i]
+}
+
+// hash returns locate's hash and the index of k's shard.
+func (s *MemoryStore) hash(k BucketKey) (uint64, int) {
+	th := maphash.String(s.seed, k.Tenant)
+	h := th
 	if k.Scope != "" {
 		h ^= bits.RotateLeft64(maphash.String(s.seed, k.Scope), 29) * 0x9e3779b97f4a7c15
 	}
-	return h
+	return h, int(th & uint64(len(s.shards)-1))
 }
 
-func (s *MemoryStore) shardOf(h uint64) *memShard {
-	return &s.shards[h&uint64(len(s.shards)-1)]
-}
-
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store      = (*MemoryStore)(nil)
+	_ MultiStore = (*MemoryStore)(nil)
+)

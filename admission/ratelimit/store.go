@@ -64,3 +64,50 @@ var ErrInvalidTake = errors.New("ratelimit: invalid limit or cost")
 type Store interface {
 	Take(ctx context.Context, k BucketKey, l Limit, cost float64) (Result, error)
 }
+
+// Take is one bucket's part of a TakeAll: Cost tokens from bucket Key,
+// whose quota is Limit.
+type Take struct {
+	Key   BucketKey
+	Limit Limit
+	Cost  float64
+}
+
+// MultiStore takes from several buckets at once, all or nothing: the rate
+// layer's one call for a request that several buckets limit (a route
+// group's bucket and the tenant's, or several limits on one key: a
+// per-second burst and a daily quota). The embedded MemoryStore and the
+// Redis store (one Lua call) satisfy it.
+//
+// TakeAll takes each take's Cost from its bucket when every bucket holds
+// its cost, and otherwise takes nothing from any. It returns one Result
+// per take, in order. When every bucket had room, each Result is an
+// admission (Remaining is what is left). Otherwise every Result has
+// Allowed false and no bucket was charged: Remaining is the bucket's
+// tokens, and RetryAfter the time until that bucket holds its own cost,
+// zero for a bucket that has it already; the request may succeed after
+// the longest RetryAfter. The same Key must not appear twice (give each
+// limit of one key its own Scope): ErrDuplicateBucket. Takes of one
+// tenant are what a store must support; the Redis store on a cluster
+// requires it (one slot). The error is for infrastructure faults and
+// invalid takes only.
+type MultiStore interface {
+	TakeAll(ctx context.Context, takes []Take) ([]Result, error)
+}
+
+// ErrDuplicateBucket is returned by TakeAll when one bucket appears in two
+// takes.
+var ErrDuplicateBucket = errors.New("ratelimit: the same bucket twice in one TakeAll")
+
+// Duplicate reports whether two takes name the same bucket. Stores call it
+// to reject such a TakeAll; takes are few, so it compares each pair.
+func Duplicate(takes []Take) bool {
+	for i := range takes {
+		for j := i + 1; j < len(takes); j++ {
+			if takes[i].Key == takes[j].Key {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -32,10 +32,11 @@ type localBackstop struct {
 	b  fairshare.Backstop // guarded by mu
 }
 
-// TakeBackstop decides one request r at the fair global backstop l: one script call on Redis within Timeout,
-// through the breaker. While Redis cannot answer, the failure policy
-// decides: FailOpen admits, FailClosed returns an *UnavailableError, Local
-// decides on an embedded backstop of this instance's share of l.
+// TakeBackstop decides one request r at the fair global backstop l: one
+// script call on Redis within Timeout, through the breaker and the batches.
+// While Redis cannot answer, the failure policy decides: FailOpen admits,
+// FailClosed returns an *UnavailableError, Local decides on an embedded
+// backstop of this instance's share of l.
 func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r fairshare.BackstopRequest) (fairshare.BackstopResult, error) {
 	if !(r.Weight > 0) || !validTake(limitOf(l), r.Cost) || l.Window <= 0 {
 		return fairshare.BackstopResult{}, fmt.Errorf("%w: backstop rate %v, burst %v, window %v, weight %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, l.Window, r.Weight, r.Cost)
@@ -43,34 +44,26 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r f
 	if s.closed.Load() {
 		return fairshare.BackstopResult{}, ErrClosed
 	}
-	done, err := s.breaker.Allow()
-	if err != nil {
-		return s.backstopFallback(l, r, ErrBreakerOpen)
-	}
 	res, _, err := s.evalBackstop(ctx, l, r)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			done(context.Canceled)
 			return fairshare.BackstopResult{}, ctxErr
 		}
-		done(err)
 		return s.backstopFallback(l, r, err)
 	}
-	done(nil)
+	s.stats.redis.Add(1)
 	return res, nil
 }
 
-// evalBackstop runs the script once and decodes its reply; nowUS is the
-// Redis clock it read.
+// evalBackstop runs the script once, batched with the takes, and decodes
+// its reply; nowUS is the Redis clock it read.
 func (s *Store) evalBackstop(ctx context.Context, l fairshare.BackstopLimit, r fairshare.BackstopRequest) (res fairshare.BackstopResult, nowUS int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
 	windowUS := l.Window.Microseconds()
 	everyUS := (int64(l.Window)/fairshare.LevelEvery + 999) / 1000
-	v, err := backstopScript.Run(ctx, s.client, []string{backstopKey},
-		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, r.Tenant, r.Weight, r.Cost, int(r.Class)).Result()
+	v, err := s.run(ctx, s.laneFor(ctx, backstopKey), backstopScript, []string{backstopKey},
+		l.Rate, l.Burst, windowUS, everyUS, fairshare.ShareOf, r.Tenant, r.Weight, r.Cost, int(r.Class))
 	if err != nil {
-		return res, 0, fmt.Errorf("redisstore: backstop: %w", err)
+		return res, 0, err
 	}
 	return decodeBackstop(v)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,9 +18,11 @@ const (
 	DefaultTimeout         = 5 * time.Millisecond
 	DefaultBreakerFailures = 5
 	DefaultBreakerOpenFor  = time.Second
-	DefaultMaxInFlight     = 4
+	DefaultMaxInFlight     = 16
+	DefaultMaxBatch        = 128
 	DefaultDenyCacheSize   = 65536
 	DefaultLogEvery        = 10 * time.Second
+	DefaultSyncInterval    = 50 * time.Millisecond
 )
 
 // Config is the `redis:` section of the config file. The zero value of each
@@ -46,19 +49,42 @@ type Config struct {
 	// TLS configures TLS. The zero value is plain TCP.
 	TLS TLSConfig `yaml:"tls"`
 	// PoolSize is the connection pool size per node. Zero means go-redis's
-	// default, 10 per CPU.
+	// default, 10 per CPU. Batches use at most Batch.MaxInFlight of them
+	// per node, unbatched decisions at most all.
 	PoolSize int `yaml:"pool_size"`
-	// Timeout bounds each decision's Redis round trip (and a queued
-	// decision's wait for it), after which the failure policy applies.
+	// Timeout bounds each Redis round trip, from the instant its pipeline
+	// is sent: a round trip that misses it fails, counts towards the
+	// breaker and its decisions go to the failure policy. Time spent in
+	// this instance's own queue is not part of it (see QueueTimeout).
 	// Zero means DefaultTimeout (5ms). Loopback round trips take about
-	// 50µs, a batched pipeline under full load about 1-2ms.
+	// 50µs, a pipeline of Batch.MaxBatch decisions under full load well
+	// under 2ms.
 	Timeout time.Duration `yaml:"timeout"`
+	// QueueTimeout bounds how long a decision waits in this instance's
+	// own queue for a pipeline (or, unbatched, a connection): past it the
+	// rate layer is overloaded, and the failure policy decides with cause
+	// ErrOverloaded, counted and logged apart from Redis trouble and never
+	// opening the breaker. A decision therefore takes at most QueueTimeout
+	// plus lateFactor (3) Timeouts. Zero means ten times Timeout (50ms
+	// with the default Timeout): a queued decision waits for the round
+	// trips in flight, which may take up to three Timeouts.
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
+	// Mode is Exact (the default: one script call per decision, batched)
+	// or Sync (local decisions reconciled with Redis every SyncInterval;
+	// see Mode for the trade-off and its bound).
+	Mode Mode `yaml:"mode"`
+	// SyncInterval is how often sync mode reconciles each bucket in use
+	// with Redis. Zero means DefaultSyncInterval (50ms). Shorter is more
+	// exact and costs Redis one script call per active bucket per
+	// instance per interval.
+	SyncInterval time.Duration `yaml:"sync_interval"`
 	// FailurePolicy says what a decision is while Redis cannot answer.
 	// The zero value is Local.
 	FailurePolicy FailurePolicy `yaml:"failure_policy"`
 	// Instances is the number of gateway instances sharing the Redis. Under
-	// the Local policy each instance enforces 1/Instances of every quota.
-	// Zero means 1.
+	// the Local policy each instance enforces 1/Instances of every quota;
+	// in sync mode each may take 1/Instances of a bucket's tokens between
+	// reconciliations. Zero means 1.
 	Instances int `yaml:"instances"`
 	// Breaker configures the circuit breaker in front of Redis.
 	Breaker BreakerConfig `yaml:"breaker"`
@@ -104,14 +130,22 @@ type BreakerConfig struct {
 // BatchConfig configures auto-batching: concurrent decisions that arrive
 // while a pipeline is in flight are sent together as the next pipeline, as
 // soon as a pipeline slot is free. There is no timer window: a lone decision
-// goes out at once on its caller's goroutine.
+// goes out at once on its caller's goroutine. The number of pipelines in
+// flight adapts between 2 and MaxInFlight: it grows while more decisions
+// wait than one pipeline carries and round trips stay under half of
+// Timeout, and halves when a round trip is slow or fails.
 type BatchConfig struct {
 	// Disabled sends every decision as its own EVALSHA. False (the
 	// default) batches.
 	Disabled bool `yaml:"disabled"`
-	// MaxInFlight caps the pipelines in flight at once per Store. Zero
-	// means DefaultMaxInFlight (4).
+	// MaxInFlight caps the pipelines in flight at once per Redis node,
+	// each on its own connection. Zero means DefaultMaxInFlight (16), or
+	// the pool size when that is smaller.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxBatch caps the decisions one pipeline carries, so that a
+	// pipeline's own work in Redis stays far below Timeout. Zero means
+	// DefaultMaxBatch (128).
+	MaxBatch int `yaml:"max_batch"`
 }
 
 // Validate checks c and returns every problem found, each naming its field
@@ -162,6 +196,21 @@ func (c *Config) Validate() error {
 	if c.Batch.MaxInFlight < 0 {
 		bad("batch.max_in_flight", "must be >= 1 (0 means %d)", DefaultMaxInFlight)
 	}
+	if c.PoolSize > 0 && c.Batch.MaxInFlight > c.PoolSize {
+		bad("batch.max_in_flight", "%d pipelines in flight need as many connections; pool_size is %d", c.Batch.MaxInFlight, c.PoolSize)
+	}
+	if c.Batch.MaxBatch < 0 {
+		bad("batch.max_batch", "must be >= 1 (0 means %d)", DefaultMaxBatch)
+	}
+	if c.QueueTimeout < 0 {
+		bad("queue_timeout", "must be > 0 (0 means ten times timeout)")
+	}
+	if c.Mode > Sync {
+		bad("mode", "unknown mode %d", c.Mode)
+	}
+	if c.SyncInterval < 0 {
+		bad("sync_interval", "must be > 0 (0 means %v)", DefaultSyncInterval)
+	}
 	if c.LogEvery < 0 {
 		bad("log_every", "must be > 0 (0 means %v)", DefaultLogEvery)
 	}
@@ -186,7 +235,13 @@ func (c Config) withDefaults() Config {
 		c.Breaker.OpenFor = DefaultBreakerOpenFor
 	}
 	if c.Batch.MaxInFlight == 0 {
-		c.Batch.MaxInFlight = DefaultMaxInFlight
+		c.Batch.MaxInFlight = min(DefaultMaxInFlight, poolSize(c))
+	}
+	if c.Batch.MaxBatch == 0 {
+		c.Batch.MaxBatch = DefaultMaxBatch
+	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = 10 * c.Timeout
 	}
 	if c.DenyCacheSize == 0 {
 		c.DenyCacheSize = DefaultDenyCacheSize
@@ -194,7 +249,18 @@ func (c Config) withDefaults() Config {
 	if c.LogEvery == 0 {
 		c.LogEvery = DefaultLogEvery
 	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
 	return c
+}
+
+// poolSize is the connection pool size per node that c gives go-redis.
+func poolSize(c Config) int {
+	if c.PoolSize > 0 {
+		return c.PoolSize
+	}
+	return 10 * runtime.GOMAXPROCS(0)
 }
 
 // NewClient validates c and builds the go-redis client it describes: a

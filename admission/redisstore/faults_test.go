@@ -103,23 +103,23 @@ func TestBackwardClockTTL(t *testing.T) {
 	ctx := context.Background()
 	k := ratelimit.BucketKey{Tenant: "skewed"}
 	key := bucketKey(k)
-	// Empty bucket whose last instant is 2 s in Redis's future.
+	// A full bucket of 2 whose last instant is 2 s in Redis's future.
 	if _, err := s.client.Eval(ctx, "local t=redis.call('TIME'); local now=tonumber(t[1])*1000000+tonumber(t[2]); "+
-		"redis.call('SET', KEYS[1], struct.pack('<dd', 0, now+2000000)); return 1", []string{key}).Result(); err != nil {
+		"redis.call('SET', KEYS[1], struct.pack('<dd', 2, now+2000000)); return 1", []string{key}).Result(); err != nil {
 		t.Fatal(err)
 	}
 	l := ratelimit.Limit{Rate: 1, Burst: 2}
-	before, _ := s.client.Get(ctx, key).Bytes()
-	if r, out, err := s.Decide(ctx, k, l, 1); err != nil || r.Allowed {
-		t.Fatalf("take from an empty bucket: %+v %+v %v (state before: %x)", r, out, err, before)
+	if r, out, err := s.Decide(ctx, k, l, 1); err != nil || !r.Allowed {
+		t.Fatalf("take from a full bucket: %+v %+v %v", r, out, err)
 	}
 	pttl, err := s.client.PTTL(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Full 2 s (refill) after last, which is 2 s ahead: about 4 s.
-	if pttl < 3900*time.Millisecond {
-		t.Fatalf("PTTL %v, want about 4s (the bucket would come back full early)", pttl)
+	// Full again 1 s (refill of the token taken) after last, which is 2 s
+	// ahead: about 3 s.
+	if pttl < 2900*time.Millisecond {
+		t.Fatalf("PTTL %v, want about 3s (the bucket would come back full early)", pttl)
 	}
 }
 

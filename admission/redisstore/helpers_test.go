@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,3 +113,65 @@ func checkGoroutines(t *testing.T, base int) {
 }
 
 var bigLimit = ratelimit.Limit{Rate: 1e9, Burst: 1e9}
+
+// traffic drives decisions from worker goroutines, paced like request
+// traffic, until ended: it counts them by source and keeps the slowest.
+type traffic struct {
+	t       *testing.T
+	stop    atomic.Bool
+	wg      sync.WaitGroup
+	slowest atomic.Int64
+	sources [4]atomic.Int64
+}
+
+// startTraffic starts workers goroutines calling decide(w, i) for their
+// i-th decision; an error fails t.
+func startTraffic(t *testing.T, workers int, decide func(w, i int) (Outcome, error)) *traffic {
+	tr := &traffic{t: t}
+	for w := range workers {
+		tr.wg.Go(func() {
+			for i := 0; !tr.stop.Load(); i++ {
+				start := time.Now()
+				out, err := decide(w, i)
+				d := time.Since(start)
+				if err != nil {
+					t.Errorf("decide: %v", err)
+					return
+				}
+				for cur := tr.slowest.Load(); int64(d) > cur && !tr.slowest.CompareAndSwap(cur, int64(d)); cur = tr.slowest.Load() {
+				}
+				tr.sources[out.Source].Add(1)
+				// Pace like request traffic: workers spinning on instant
+				// local decisions would measure the scheduler on two
+				// cores, not the store.
+				time.Sleep(200 * time.Microsecond)
+			}
+		})
+	}
+	return tr
+}
+
+// count returns the decisions from src so far.
+func (tr *traffic) count(src Source) int64 { return tr.sources[src].Load() }
+
+// waitFor polls cond for up to 5 s, failing the test (after stopping the
+// traffic) when it does not hold by then.
+func (tr *traffic) waitFor(what string, cond func() bool) {
+	tr.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tr.end()
+			tr.t.Fatalf("timed out waiting for %s (redis %d, sync %d, policy %d)", what,
+				tr.count(FromRedis), tr.count(FromSync), tr.count(FromPolicy))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// end stops the traffic, waits for it and returns the slowest decision.
+func (tr *traffic) end() time.Duration {
+	tr.stop.Store(true)
+	tr.wg.Wait()
+	return time.Duration(tr.slowest.Load())
+}

@@ -57,6 +57,52 @@ func (p *FailurePolicy) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// Mode says how decisions use Redis. The zero value is Exact.
+type Mode uint8
+
+const (
+	// Exact decides every take with a script call on Redis (batched),
+	// so the fleet admits exactly what one bucket would. The default.
+	Exact Mode = iota
+	// Sync decides locally, at in-process speed, from this instance's
+	// share of each bucket as last seen in Redis, and reconciles with
+	// Redis every Config.SyncInterval: it pushes what it admitted and
+	// pulls the fleet's total. The fleet admits at most Instances ×
+	// (rate × SyncInterval + cost) beyond what Exact would, per bucket.
+	// The fair global backstop (TakeBackstop) stays exact: its fairness
+	// needs every tenant's demand in one place.
+	Sync
+)
+
+// String returns the config word for m.
+func (m Mode) String() string {
+	switch m {
+	case Exact:
+		return "exact"
+	case Sync:
+		return "sync"
+	default:
+		return fmt.Sprintf("Mode(%d)", uint8(m))
+	}
+}
+
+// MarshalText returns the config word for m.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses "exact" or "sync" (empty means exact) and rejects
+// anything else, so a typo fails at load time.
+func (m *Mode) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "exact", "":
+		*m = Exact
+	case "sync":
+		*m = Sync
+	default:
+		return fmt.Errorf("redisstore: unknown mode %q (want exact or sync)", b)
+	}
+	return nil
+}
+
 // Source says where a decision came from.
 type Source uint8
 
@@ -69,6 +115,9 @@ const (
 	// FromPolicy is a decision made by the failure policy because Redis
 	// could not answer; Decide's Outcome names the policy and the cause.
 	FromPolicy
+	// FromSync is a decision made locally in sync mode, from this
+	// instance's share of the bucket as last reconciled with Redis.
+	FromSync
 )
 
 // String returns a metric label for s.
@@ -80,6 +129,8 @@ func (s Source) String() string {
 		return "deny_cache"
 	case FromPolicy:
 		return "policy"
+	case FromSync:
+		return "sync"
 	default:
 		return fmt.Sprintf("Source(%d)", uint8(s))
 	}
@@ -105,6 +156,12 @@ var (
 	// ErrBreakerOpen is the Cause of a policy decision made because the
 	// circuit breaker is open (or half-open and busy probing).
 	ErrBreakerOpen = errors.New("redisstore: circuit breaker open")
+	// ErrOverloaded is the Cause of a policy decision made because the
+	// decision waited in this instance's own queue for longer than
+	// Config.QueueTimeout: the rate layer is overloaded (more decisions
+	// than the Redis connections carry), whether or not Redis is healthy.
+	// It never counts towards the breaker.
+	ErrOverloaded = errors.New("redisstore: rate layer overloaded: decision queued past queue_timeout")
 	// ErrInvalidTake is returned for a take whose limit or cost is not
 	// a positive finite number. Config validation makes it impossible; the
 	// Store checks anyway so a bug cannot write NaN into shared state.

@@ -3,17 +3,33 @@ package redisstore
 import (
 	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
+// bucketLua is the token bucket both scripts share, prepended to each.
+//
+//go:embed bucket.lua
+var bucketLua string
+
 //go:embed take.lua
 var takeLua string
+
+//go:embed sync.lua
+var syncLua string
+
+// takeScript runs take.lua; syncScript runs sync.lua.
+var (
+	takeScript = redis.NewScript(bucketLua + takeLua)
+	syncScript = redis.NewScript(bucketLua + syncLua)
+)
 
 // keyPrefix starts every key the store writes.
 const keyPrefix = "fg:{"
@@ -35,20 +51,27 @@ const maxPlainScope = 64
 // 128 bits of its SHA-256 in hex. '#' is outside the plain alphabet, so the
 // two forms cannot collide, and no scope can make a key long.
 func bucketKey(k ratelimit.BucketKey) string {
-	tag := globalTag
-	if k.Tenant != "" {
-		tag = hash128(k.Tenant)
+	// One allocation: the key is built in a buffer on the stack.
+	var buf [len(keyPrefix) + 32 + 2 + 1 + maxPlainScope]byte
+	b := append(buf[:0], keyPrefix...)
+	if k.Tenant == "" {
+		b = append(b, globalTag...)
+	} else {
+		b = appendHash128(b, k.Tenant)
 	}
-	scope := k.Scope
-	if !plainScope(scope) {
-		scope = "#" + hash128(scope)
+	b = append(b, "}:"...)
+	if plainScope(k.Scope) {
+		b = append(b, k.Scope...)
+	} else {
+		b = appendHash128(append(b, '#'), k.Scope)
 	}
-	return keyPrefix + tag + "}:" + scope
+	return string(b)
 }
 
-func hash128(s string) string {
+// appendHash128 appends the first 128 bits of SHA-256(s) in hex to b.
+func appendHash128(b []byte, s string) []byte {
 	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
+	return hex.AppendEncode(b, sum[:16])
 }
 
 func plainScope(s string) bool {
@@ -67,47 +90,51 @@ func plainScope(s string) bool {
 	return true
 }
 
-// reply is the script's answer.
-type reply struct {
-	allowed bool
-	tokens  float64 // after the take
-	nowUS   int64   // the Redis clock the script read, µs
-}
-
-// decodeReply checks the shape of the script's reply: {0|1, "%.17g", µs}.
-func decodeReply(v any) (reply, error) {
+// decodeTake checks the shape of take.lua's reply to takes, {0|1, a
+// little-endian double per take, µs}, and derives each take's Result from its bucket's
+// tokens exactly as the embedded store's bucket arithmetic does. It
+// returns the Redis clock the script read (µs).
+func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, error) {
+	n := len(takes)
 	a, ok := v.([]any)
-	if !ok || len(a) != 3 {
-		return reply{}, fmt.Errorf("%w: %T %v, want a 3-element array", errBadReply, v, v)
+	if !ok || len(a) != n+2 {
+		return 0, fmt.Errorf("%w: %T %v, want a %d-element array", errBadReply, v, v, n+2)
 	}
 	allowed, ok := a[0].(int64)
 	if !ok || (allowed != 0 && allowed != 1) {
-		return reply{}, fmt.Errorf("%w: allowed = %T %v, want 0 or 1", errBadReply, a[0], a[0])
+		return 0, fmt.Errorf("%w: allowed = %T %v, want 0 or 1", errBadReply, a[0], a[0])
 	}
-	ts, ok := a[1].(string)
+	now, ok := a[n+1].(int64)
 	if !ok {
-		return reply{}, fmt.Errorf("%w: tokens = %T, want a string", errBadReply, a[1])
+		return 0, fmt.Errorf("%w: now = %T, want an integer", errBadReply, a[n+1])
 	}
-	tokens, err := strconv.ParseFloat(ts, 64)
-	if err != nil || math.IsNaN(tokens) || tokens < 0 {
-		return reply{}, fmt.Errorf("%w: tokens = %q", errBadReply, ts)
+	for i, t := range takes {
+		tokens, err := decodeDouble(a[i+1])
+		if err != nil {
+			return 0, err
+		}
+		// Below zero is sync mode's debt (sync.lua): nothing remains.
+		r := ratelimit.Result{Allowed: allowed == 1, Remaining: max(0, tokens)}
+		if !r.Allowed {
+			r.RetryAfter = secondsToDuration((t.Cost - tokens) / t.Limit.Rate)
+		}
+		r.ResetAfter = secondsToDuration((t.Limit.Burst - tokens) / t.Limit.Rate)
+		res[i] = r
 	}
-	now, ok := a[2].(int64)
-	if !ok {
-		return reply{}, fmt.Errorf("%w: now = %T, want an integer", errBadReply, a[2])
-	}
-	return reply{allowed: allowed == 1, tokens: tokens, nowUS: now}, nil
+	return now, nil
 }
 
-// result derives the Result from the script's reply exactly as
-// admission's bucket.take does from the same tokens.
-func (r reply) result(l ratelimit.Limit, cost float64) ratelimit.Result {
-	res := ratelimit.Result{Allowed: r.allowed, Remaining: r.tokens}
-	if !r.allowed {
-		res.RetryAfter = secondsToDuration((cost - r.tokens) / l.Rate)
+// decodeDouble decodes a script's struct.pack '<d' number.
+func decodeDouble(v any) (float64, error) {
+	s, ok := v.(string)
+	if !ok || len(s) != 8 {
+		return 0, fmt.Errorf("%w: tokens = %T %q, want 8 bytes", errBadReply, v, v)
 	}
-	res.ResetAfter = secondsToDuration((l.Burst - r.tokens) / l.Rate)
-	return res
+	f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s)))
+	if math.IsNaN(f) {
+		return 0, fmt.Errorf("%w: tokens = NaN", errBadReply)
+	}
+	return f, nil
 }
 
 // secondsToDuration rounds s seconds up to a Duration, as admission does,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,29 +25,44 @@ import (
 // bounded by Config.Timeout; a circuit breaker stops asking a failing Redis;
 // and while Redis cannot answer, Config.FailurePolicy decides.
 //
-// A Store is safe for concurrent use. It starts no goroutine. Its zero value
-// is not usable; call New.
+// In sync mode (Config.Mode) decisions are local and a goroutine
+// reconciles them with Redis every SyncInterval (see syncer).
+//
+// A Store is safe for concurrent use. It starts no goroutine, except sync
+// mode's, which Close stops. Its zero value is not usable; call New.
 type Store struct {
-	client  redis.UniversalClient
-	cfg     Config // with defaults
-	script  *redis.Script
-	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
-	batch   *batcher               // nil when batching is disabled
-	deny    *denyCache             // nil when the denial cache is disabled
-	local   *ratelimit.MemoryStore // nil unless the policy is Local
+	client redis.UniversalClient
+	cfg    Config // with defaults
+	// main is the only lane, or on a cluster the lane of keys whose
+	// master is not known (the cluster's state cannot be loaded).
+	main    *lane
+	cluster *redis.ClusterClient // nil unless the client is a cluster's
+	lanesMu sync.RWMutex
+	lanes   map[string]*lane // a cluster's, by master address
+	// breakerMu guards each lane's last breaker state, from which the
+	// store's (the worst of them) is derived for OnBreakerChange.
+	breakerMu sync.Mutex
+	breakers  map[string]BreakerState
+	deny      *denyCache             // nil when the denial cache is disabled
+	local     *ratelimit.MemoryStore // nil unless the policy is Local
+	syncer    *syncer                // nil unless the mode is Sync
+	epoch     time.Time              // the origin of lanes' failure instants
 	// backstop is the Local policy's fair global backstop.
 	backstop localBackstop
 	now      func() time.Time
 	opts     Options
-	logs     logLimiter
+	logs     logLimiter // Redis trouble
+	overload logLimiter // our own queue
+	stats    stats
 	closed   atomic.Bool
 }
 
 // Options are the Store's collaborators. The zero value is usable.
 type Options struct {
-	// Now is the local clock, used for the denial cache, the Local policy
-	// and log rate limiting, never for the shared buckets (Redis's clock
-	// decides those). Nil means time.Now. Deadlines always use real time.
+	// Now is the local clock, used for the denial cache, the Local policy,
+	// sync mode's local views and log rate limiting, never for the shared
+	// buckets (Redis's clock decides those). Nil means time.Now. Deadlines
+	// and sync mode's reconciliation ticker always use real time.
 	Now func() time.Time
 	// Logger receives at most one line per Config.LogEvery about failure
 	// policy decisions, and one per breaker state change. Nil means no
@@ -113,32 +129,18 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		o.Now = time.Now
 	}
 	s := &Store{
-		client: client,
-		cfg:    cfg,
-		script: redis.NewScript(takeLua),
-		now:    o.Now,
-		opts:   o,
-		logs:   logLimiter{every: int64(cfg.LogEvery)},
+		client:   client,
+		cfg:      cfg,
+		now:      o.Now,
+		opts:     o,
+		epoch:    time.Now(),
+		logs:     logLimiter{every: int64(cfg.LogEvery)},
+		overload: logLimiter{every: int64(cfg.LogEvery)},
 	}
-	failures := uint32(cfg.Breaker.Failures)
-	s.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "redis",
-		MaxRequests: 1,
-		Timeout:     cfg.Breaker.OpenFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		// A caller that gave up says nothing about Redis; neither does an
-		// error Redis answered for this script and these arguments (it
-		// fails the same way on a healthy server, and must not open the
-		// breaker for every other tenant).
-		IsExcluded: func(err error) bool {
-			var sf *sharedFailure
-			return errors.Is(err, context.Canceled) || isScriptError(err) ||
-				errors.Is(err, errQueuedPastDeadline) || errors.As(err, &sf)
-		},
-		OnStateChange: s.breakerChanged,
-	})
-	if !cfg.Batch.Disabled {
-		s.batch = &batcher{max: cfg.Batch.MaxInFlight, run: s.runPipeline}
+	s.main = s.newLane("redis")
+	s.breakers = map[string]BreakerState{}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.cluster, s.lanes = cc, map[string]*lane{}
 	}
 	if cfg.DenyCacheSize > 0 {
 		s.deny = newDenyCache(cfg.DenyCacheSize)
@@ -146,188 +148,212 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 	if cfg.FailurePolicy == Local {
 		s.local = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
-	// Best effort, bounded: load the script now so the first decisions do
+	// Best effort, bounded: load the scripts now so the first decisions do
 	// not pay NOSCRIPT and EVAL on top of the dial within their deadline
 	// (a cold start could otherwise count towards the breaker). Redis
 	// being down at start is not an error: the failure policy covers it.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_ = s.script.Load(ctx, client).Err()
+	_ = takeScript.Load(ctx, client).Err()
+	if s.cluster != nil {
+		_ = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			s.laneOf(c.Options().Addr)
+			return nil
+		})
+	}
 	cancel()
+	if cfg.Mode == Sync {
+		s.syncer = newSyncer(s)
+	}
 	return s, nil
 }
 
-// Take implements ratelimit.Store. Under FailClosed, a take Redis cannot
-// answer returns an error matching ErrUnavailable; under the other policies
-// Redis trouble is never an error. Decide also says how the take was
-// decided.
-func (s *Store) Take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, error) {
-	r, _, err := s.Decide(ctx, k, l, cost)
-	return r, err
-}
-
-// Decide is Take that also returns how the decision was made. The error is
-// ErrInvalidTake, ErrClosed, ctx.Err() (returned as is when the caller's
-// context ends first), or an *UnavailableError under FailClosed.
-func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, Outcome, error) {
-	if !validTake(l, cost) {
-		return ratelimit.Result{}, Outcome{}, fmt.Errorf("%w: rate %v, burst %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, cost)
-	}
-	if s.closed.Load() {
-		return ratelimit.Result{}, Outcome{}, ErrClosed
-	}
-	if s.deny != nil {
-		if r, ok := s.deny.get(k, l, cost, s.now()); ok {
-			return r, Outcome{Source: FromDenyCache}, nil
-		}
-	}
-	done, err := s.breaker.Allow()
+// run runs script on keys and args through ln's breaker, batched or alone,
+// and returns its reply. The error is ctx's when ctx ended first (check
+// ctx.Err()), and otherwise the cause for the failure policy:
+// ErrBreakerOpen, ErrOverloaded (our own queue was too long), or Redis's
+// error or timeout.
+//
+// A round trip is bounded by lateFactor × Timeout from the instant it is
+// sent, whatever its calls waited before, and not by ctx (one caller's
+// short deadline must not fail the pipeline it shares; ctx still ends its
+// wait in the queue). A reply later than Timeout is used, but counts as a
+// slow reply for the breaker.
+func (s *Store) run(ctx context.Context, ln *lane, script *redis.Script, keys []string, args ...any) (any, error) {
+	done, err := ln.breaker.Allow()
 	if err != nil {
-		return s.fallback(k, l, cost, ErrBreakerOpen)
+		return nil, ErrBreakerOpen
 	}
-	// Taken before the script runs, so start + RetryAfter is never later
-	// than the refill the script computed: the denial cache must not deny
-	// past it.
-	start := s.now()
-	rep, err := s.eval(ctx, bucketKey(k), l, cost)
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			done(context.Canceled) // excluded: the caller gave up
-			return ratelimit.Result{}, Outcome{}, ctxErr
-		}
-		done(err)
-		return s.fallback(k, l, cost, err)
+	c := getCall(script, keys, args...)
+	if ln.batch == nil {
+		s.runAlone(ctx, ln, c)
+	} else {
+		err = ln.batch.do(ctx, c)
 	}
-	done(nil)
-	r := rep.result(l, cost)
-	if !r.Allowed && s.deny != nil {
-		s.deny.put(k, l, cost, r, start)
-	}
-	return r, Outcome{Source: FromRedis}, nil
-}
-
-// eval runs the script for one take, batched or alone, within Timeout.
-// A batched take's deadline ignores ctx's (one caller's short deadline must
-// not fail the pipeline it shares); ctx still ends its wait in the queue.
-func (s *Store) eval(ctx context.Context, key string, l ratelimit.Limit, cost float64) (reply, error) {
-	if s.batch == nil {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-		v, err := s.script.Run(ctx, s.client, []string{key}, l.Rate, l.Burst, cost).Result()
-		if err != nil {
-			return reply{}, fmt.Errorf("redisstore: eval: %w", err)
-		}
-		return decodeReply(v)
-	}
-	c := callPool.Get().(*call)
-	c.key, c.l, c.cost, c.deadline = key, l, cost, time.Now().Add(s.cfg.Timeout)
-	err := s.batch.do(ctx, c)
+	var v any
+	var verdict error
 	if err == nil {
-		err = c.err
+		v, err, verdict = c.v, c.err, c.verdict
 	}
-	rep := c.rep
-	*c = call{ch: c.ch}
-	callPool.Put(c)
-	return rep, err
+	putCall(c)
+	if err != nil && ctx.Err() != nil {
+		done(context.Canceled) // excluded: the caller gave up
+		return nil, ctx.Err()
+	}
+	done(verdict)
+	return v, err
 }
 
-// runPipeline sends batch as one pipeline of EVALSHAs, with the earliest
-// deadline among its calls, then resends as EVAL those that met NOSCRIPT
-// (a restarted or flushed Redis). On a cluster, go-redis splits the
-// pipeline by node.
-func (s *Store) runPipeline(batch []*call) {
-	now := time.Now()
-	var deadline time.Time
-	live := make([]*call, 0, len(batch))
-	for _, c := range batch {
-		if !c.deadline.After(now) {
-			c.err = errQueuedPastDeadline
-			continue
+// lateFactor × Timeout is when a round trip is given up. Between Timeout
+// and that, the reply still decides (a late answer from Redis beats a
+// guess) but counts for the breaker as a slow reply. The slack absorbs what
+// is not Redis's slowness: on a busy host the kernel and Go schedulers
+// delay reading a reply that arrived in time by up to about 10 ms.
+const lateFactor = 3
+
+// runAlone runs c on its own connection: it waits (up to QueueTimeout)
+// for one of the pool's connections, so that waiting for the pool is our
+// backlog and not counted against Redis, then runs the round trip. It sets
+// c's reply, error and verdict.
+func (s *Store) runAlone(ctx context.Context, ln *lane, c *call) {
+	select {
+	case ln.conns <- struct{}{}:
+	default:
+		t := time.NewTimer(s.cfg.QueueTimeout)
+		select {
+		case ln.conns <- struct{}{}:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			c.err = ctx.Err()
+			return
+		case <-t.C:
+			c.err, c.verdict = ErrOverloaded, ErrOverloaded
+			return
 		}
-		if deadline.IsZero() || c.deadline.Before(deadline) {
-			deadline = c.deadline
-		}
-		live = append(live, c)
 	}
-	if len(live) == 0 {
+	defer func() { <-ln.conns }()
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, start.Add(lateFactor*s.cfg.Timeout))
+	defer cancel()
+	v, err := c.script.Run(ctx, s.client, c.keys, c.args...).Result()
+	rtt := time.Since(start)
+	failed := false
+	switch {
+	case err == nil:
+		c.v = v
+	case isRedisError(err):
+		c.err = fmt.Errorf("redisstore: eval: %w", err)
+		c.verdict = c.err
+	default:
+		failed = true
+		c.err = fmt.Errorf("redisstore: eval: %w", err)
+		c.verdict = &sharedFailure{err: c.err}
+	}
+	s.judge(ln, []*call{c}, start, rtt, failed)
+}
+
+// errSlowReply is the breaker's verdict on a reply that came later than
+// Timeout.
+var errSlowReply = errors.New("redisstore: Redis replied later than timeout")
+
+// judge counts a round trip sent at start that took rtt and failed as a
+// whole or not, and gives the breaker its verdict through calls: a failed
+// or slow (later than Timeout) round trip is one failure, carried by one
+// call, the others' verdicts excluding them (sharedFailure). It counts
+// only when sent after the last counted failure was seen (round trips
+// that fail together fail for one cause), and a failure noticed more than
+// a Timeout after its deadline not at all: the deadline fired late, so
+// this process was stalled (CPU starved, a long GC), which says nothing
+// about Redis.
+func (s *Store) judge(ln *lane, calls []*call, start time.Time, rtt time.Duration, failed bool) {
+	slow := rtt > s.cfg.Timeout
+	s.stats.roundTrip(failed, slow)
+	if !failed && !slow {
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	stalled := failed && rtt > (lateFactor+1)*s.cfg.Timeout
+	counted := !stalled && ln.countFailure(int64(start.Sub(s.epoch)), int64(time.Since(s.epoch)))
+	for _, c := range calls {
+		var sf *sharedFailure
+		switch {
+		case failed && errors.As(c.verdict, &sf) && counted:
+			c.verdict, counted = c.err, false
+		case !failed && c.err == nil && counted:
+			c.verdict, counted = errSlowReply, false
+		case !failed && c.err == nil:
+			c.verdict = &sharedFailure{err: errSlowReply}
+		}
+	}
+}
+
+// runPipeline sends batch as one pipeline of EVALSHAs, then resends as EVAL
+// those that met NOSCRIPT (a restarted or flushed Redis), all within
+// lateFactor × Timeout from now. It reports the round trip's duration and
+// whether it failed as a whole (a timeout or a broken connection).
+func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(lateFactor*s.cfg.Timeout))
 	defer cancel()
-	cmds := s.execPipeline(ctx, live, false)
+	cmds, failed := s.execPipeline(ctx, batch, false)
 	var retry []*call
-	for i, c := range live {
-		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") {
+	for i, c := range batch {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			retry = append(retry, c)
 		}
 	}
 	if len(retry) > 0 {
-		s.execPipeline(ctx, retry, true)
+		_, failed = s.execPipeline(ctx, retry, true)
 	}
+	rtt := time.Since(start)
+	s.judge(ln, batch, start, rtt, failed)
+	return rtt, failed
 }
 
 // execPipeline sends one EVALSHA (or EVAL) per call and sets each call's
-// reply or error, except NOSCRIPT errors when !eval, which the caller
-// retries.
-func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) []*redis.Cmd {
+// reply, error and verdict, except NOSCRIPT errors when !eval, which the
+// caller retries. It reports whether the round trip failed as a whole;
+// its calls' verdicts are then excluded until judge counts one.
+func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) ([]*redis.Cmd, bool) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		keys := []string{c.key}
 		if eval {
-			cmds[i] = s.script.Eval(ctx, pipe, keys, c.l.Rate, c.l.Burst, c.cost)
+			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
 		} else {
-			cmds[i] = s.script.EvalSha(ctx, pipe, keys, c.l.Rate, c.l.Burst, c.cost)
+			cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
-	counted := false
+	failed := false
 	for i, c := range calls {
 		v, err := cmds[i].Result()
-		var re redis.Error
 		switch {
 		case err == nil:
-			c.rep, c.err = decodeReply(v)
+			c.v, c.err = v, nil
 		case !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
-		case !errors.As(err, &re) && counted:
-			// The round trip failed for the whole pipeline (timeout,
-			// connection): one failure for the breaker, not one per call.
-			c.err = &sharedFailure{err: fmt.Errorf("redisstore: eval: %w", err)}
-		default:
+			continue
+		case isRedisError(err):
 			c.err = fmt.Errorf("redisstore: eval: %w", err)
-			counted = counted || !errors.As(err, &re)
+		default:
+			// The round trip failed for the whole pipeline (timeout,
+			// connection).
+			failed = true
+			c.err = fmt.Errorf("redisstore: eval: %w", err)
+			c.verdict = &sharedFailure{err: c.err}
+			continue
 		}
+		c.verdict = c.err
 	}
-	return cmds
+	return cmds, failed
 }
 
-// errQueuedPastDeadline is a batched call whose deadline passed while it
-// waited for a pipeline slot: Redis was never asked, so the breaker does
-// not count it.
-var errQueuedPastDeadline = fmt.Errorf("redisstore: eval: queued past the deadline: %w", context.DeadlineExceeded)
-
-// sharedFailure is the failure of a pipeline's round trip as seen by every
-// call in it but one: the breaker counts a failed round trip once.
+// sharedFailure is the failure (or slow reply) of a round trip that the
+// breaker does not count: it failed with others, for a cause counted once
+// already, or while this process was stalled (see judge).
 type sharedFailure struct{ err error }
 
 func (e *sharedFailure) Error() string { return e.err.Error() }
 func (e *sharedFailure) Unwrap() error { return e.err }
-
-// fallback decides by the failure policy because of cause.
-func (s *Store) fallback(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, cause error) (ratelimit.Result, Outcome, error) {
-	p := s.cfg.FailurePolicy
-	now := s.now()
-	s.policyApplied(p, cause, now)
-	out := Outcome{Source: FromPolicy, Policy: p, Cause: cause}
-	switch p {
-	case FailOpen:
-		// Admitted without reading the bucket: its state is not known.
-		return ratelimit.Result{Allowed: true, StateUnknown: true}, out, nil
-	case FailClosed:
-		return ratelimit.Result{}, out, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
-	default:
-		return s.local.TakeAt(s.local.Clock(), k, localShare(l, cost, s.cfg.Instances), cost), out, nil
-	}
-}
 
 // localShare is one instance's share of l under the Local policy: rate and
 // burst divided by n, but the burst never below the cost when l's own burst
@@ -345,36 +371,41 @@ func localShare(l ratelimit.Limit, cost float64, n int) ratelimit.Limit {
 }
 
 func (s *Store) policyApplied(p FailurePolicy, cause error, now time.Time) {
+	s.stats.policy.Add(1)
+	overload := errors.Is(cause, ErrOverloaded)
+	if overload {
+		s.stats.overloaded.Add(1)
+	}
 	if s.opts.OnPolicy != nil {
 		s.opts.OnPolicy(p, cause)
 	}
 	if s.opts.Logger == nil {
 		return
 	}
-	if n, ok := s.logs.allow(now.UnixNano()); ok {
-		s.opts.Logger.Warn("redisstore: Redis unavailable, failure policy applied",
-			"policy", p.String(), "cause", cause.Error(), "decisions", n, "breaker", s.BreakerState().String())
+	if !overload {
+		if n, ok := s.logs.allow(now.UnixNano()); ok {
+			s.opts.Logger.Warn("redisstore: Redis unavailable, failure policy applied",
+				"policy", p.String(), "cause", cause.Error(), "decisions", n, "breaker", s.BreakerState().String())
+		}
+		return
+	}
+	if n, ok := s.overload.allow(now.UnixNano()); ok {
+		// Backpressure, not Redis trouble: more decisions than this
+		// instance's pipelines carry within queue_timeout.
+		s.opts.Logger.Warn("redisstore: rate layer overloaded: decisions waited past queue_timeout in this instance's queue, failure policy applied",
+			"policy", p.String(), "decisions", n, "queue_timeout", s.cfg.QueueTimeout.String(),
+			"max_in_flight", s.cfg.Batch.MaxInFlight, "max_batch", s.cfg.Batch.MaxBatch)
 	}
 }
-
-func (s *Store) breakerChanged(_ string, from, to gobreaker.State) {
-	f, t := breakerState(from), breakerState(to)
-	if s.opts.OnBreakerChange != nil {
-		s.opts.OnBreakerChange(f, t)
-	}
-	if s.opts.Logger != nil {
-		s.opts.Logger.Info("redisstore: circuit breaker", "from", f.String(), "to", t.String())
-	}
-}
-
-// BreakerState returns the circuit breaker's state now.
-func (s *Store) BreakerState() BreakerState { return breakerState(s.breaker.State()) }
 
 // Close makes later decisions fail with ErrClosed. Decisions in flight end
-// within their deadline. The Store owns no goroutine and does not close the
-// client, which the caller owns.
+// within their deadline. In sync mode it stops the reconciliation loop
+// (what was taken since the last reconciliation is not pushed). The Store
+// does not close the client, which the caller owns.
 func (s *Store) Close() error {
-	s.closed.Store(true)
+	if !s.closed.Swap(true) && s.syncer != nil {
+		s.syncer.close()
+	}
 	return nil
 }
 
@@ -396,12 +427,23 @@ func (l *logLimiter) allow(now int64) (int64, bool) {
 	return l.count.Swap(0), true
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+// isRedisError reports whether err is (or wraps) an error reply from
+// Redis. It allocates nothing for a nil err.
+func isRedisError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	return errors.As(err, &re)
+}
 
 // isScriptError reports whether err is an error reply Redis gave about the
 // script or its arguments, rather than about its own health (loading,
 // busy, read-only replica, cluster down, out of memory, failing over).
 func isScriptError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false

@@ -32,14 +32,15 @@ func TestMatchesReference(t *testing.T) {
 		denied := 0
 		for i := range 60 {
 			cost := costs[i%len(costs)]
-			rep, err := s.eval(ctx, bucketKey(k), l, cost)
+			res := make([]ratelimit.Result, 1)
+			nowUS, err := s.evalTakes(ctx, []ratelimit.Take{{Key: k, Limit: l, Cost: cost}}, res)
 			if err != nil {
 				t.Fatalf("eval: %v", err)
 			}
-			got := rep.result(l, cost)
-			want := ref.TakeAt(rep.nowUS*1000, k, l, cost)
+			got := res[0]
+			want := ref.TakeAt(nowUS*1000, k, l, cost)
 			if got != want {
-				t.Fatalf("limit %v, step %d, cost %v at %dµs:\n got %+v\nwant %+v", l, i, cost, rep.nowUS, got, want)
+				t.Fatalf("limit %v, step %d, cost %v at %dµs:\n got %+v\nwant %+v", l, i, cost, nowUS, got, want)
 			}
 			if !got.Allowed {
 				denied++
@@ -314,63 +315,27 @@ func TestKillRestart(t *testing.T) {
 				c.Breaker.OpenFor = 100 * time.Millisecond
 				c.Instances = 2
 			}, o)
-			var (
-				stop    atomic.Bool
-				slowest atomic.Int64
-				sources [3]atomic.Int64
-				wg      sync.WaitGroup
-			)
-			for w := range 16 {
-				wg.Go(func() {
-					for i := 0; !stop.Load(); i++ {
-						k := ratelimit.BucketKey{Tenant: fmt.Sprint(w % 4), Scope: fmt.Sprint(i % 5)}
-						start := time.Now()
-						_, out, err := s.Decide(context.Background(), k, bigLimit, 1)
-						d := time.Since(start)
-						if err != nil {
-							t.Errorf("Decide: %v", err)
-							return
-						}
-						for cur := slowest.Load(); int64(d) > cur && !slowest.CompareAndSwap(cur, int64(d)); cur = slowest.Load() {
-						}
-						sources[out.Source].Add(1)
-						// Pace like request traffic: 16 goroutines spinning
-						// on instant policy decisions would measure the
-						// scheduler on two cores, not the store.
-						time.Sleep(200 * time.Microsecond)
-					}
-				})
-			}
-			waitFor := func(what string, cond func() bool) {
-				t.Helper()
-				deadline := time.Now().Add(5 * time.Second)
-				for !cond() {
-					if time.Now().After(deadline) {
-						stop.Store(true)
-						wg.Wait()
-						t.Fatalf("timed out waiting for %s", what)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-			}
-			waitFor("Redis decisions", func() bool { return sources[FromRedis].Load() > 100 })
+			tr := startTraffic(t, 16, func(w, i int) (Outcome, error) {
+				k := ratelimit.BucketKey{Tenant: fmt.Sprint(w % 4), Scope: fmt.Sprint(i % 5)}
+				_, out, err := s.Decide(context.Background(), k, bigLimit, 1)
+				return out, err
+			})
+			tr.waitFor("Redis decisions", func() bool { return tr.count(FromRedis) > 100 })
 			// Under load on a shared machine a 5ms deadline is sometimes
 			// missed and the breaker may have tripped already: count from
 			// the kill.
 			opened.Store(false)
 			srv.Kill()
 			policies.Store(0)
-			waitFor("the breaker to open", opened.Load)
-			waitFor("policy decisions", func() bool { return policies.Load() > 100 })
+			tr.waitFor("the breaker to open", opened.Load)
+			tr.waitFor("policy decisions", func() bool { return policies.Load() > 100 })
 			srv.Restart()
-			n := sources[FromRedis].Load()
-			waitFor("Redis decisions after restart", func() bool { return sources[FromRedis].Load() > n+100 })
-			stop.Store(true)
-			wg.Wait()
-			if d := time.Duration(slowest.Load()); d > 250*time.Millisecond {
+			n := tr.count(FromRedis)
+			tr.waitFor("Redis decisions after restart", func() bool { return tr.count(FromRedis) > n+100 })
+			if d := tr.end(); d > 250*time.Millisecond {
 				t.Errorf("slowest decision took %v, want < 250ms (deadline 5ms)", d)
 			}
-			t.Logf("slowest decision %v; redis %d, policy %d", time.Duration(slowest.Load()), sources[FromRedis].Load(), sources[FromPolicy].Load())
+			t.Logf("redis %d, policy %d", tr.count(FromRedis), tr.count(FromPolicy))
 		})
 	}
 	srv.Kill()
@@ -482,3 +447,31 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func nan() float64 { z := 0.0; return z / z }
+
+// TestDenialCacheSingleFlight: 64 callers hammering one empty bucket
+// refill by refill: when the cached denial expires, one of them asks Redis
+// and the others wait for its answer, so Redis sees about one call per
+// refilled token, not one per caller (up to 64 per expiry before).
+func TestDenialCacheSingleFlight(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second }, Options{})
+	l := ratelimit.Limit{Rate: 5, Burst: 2}
+	k := ratelimit.BucketKey{Tenant: "herd"}
+	// Empty the bucket first: the very first takes find nothing cached.
+	for range 3 {
+		if _, err := s.Take(context.Background(), k, l, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := scriptCalls(t, srv)
+	admitted, elapsed := admitAll(t, []ratelimit.Store{s}, k, l, 64, time.Second)
+	calls := scriptCalls(t, srv) - before
+	want := l.Rate*elapsed.Seconds() + 1
+	t.Logf("%d admitted, %d script calls in %v", admitted, calls, elapsed)
+	if float64(admitted) > want+1 {
+		t.Errorf("admitted %d, want <= %.1f", admitted, want+1)
+	}
+	if float64(calls) > 2*want+4 {
+		t.Errorf("%d script calls for %d admissions, want <= %.0f (one per refill, not one per caller)", calls, admitted, 2*want+4)
+	}
+}

@@ -1,65 +1,49 @@
--- Token bucket take: the same arithmetic as admission/bucket.go, with time
--- in microseconds from the Redis server's clock.
+-- Token bucket take, all or nothing over one or more buckets (bucket.lua
+-- is prepended): the same arithmetic as admission/ratelimit's
+-- MemoryStore.TakeAll.
 --
--- KEYS[1]  the bucket: a string of two little-endian doubles, struct.pack
---          '<dd' (tokens, last refill instant in µs). One GET and one
---          SET PX cost about 25% less Redis time than a hash with HMGET,
---          HSET and PEXPIRE (5.8 vs 7.5 µs a call, INFO commandstats).
--- ARGV[1]  rate, tokens per second (> 0)
--- ARGV[2]  burst, tokens (> 0)
--- ARGV[3]  cost, tokens (> 0)
+-- KEYS[i]  a bucket. All keys share the tenant's hash tag, so on a
+--          cluster they share a slot.
+-- ARGV[3i-2], ARGV[3i-1], ARGV[3i]
+--          bucket i's rate (tokens per second, > 0), burst (tokens, > 0)
+--          and cost (tokens, > 0)
 --
--- Reply: {allowed (1 or 0), tokens after the take ("%.17g", exact), now (µs)}.
--- The caller derives RetryAfter and ResetAfter from tokens, as bucket.go does.
--- The key expires when the bucket is full again: a missing key is a full
--- bucket, so nothing is lost.
+-- Reply: {allowed (1 or 0), tokens of bucket 1, ..., tokens of bucket n
+-- (struct.pack '<d': exact, and cheaper than printing 17 digits), now
+-- (µs)}. Every bucket is charged when every one
+-- holds its cost (tokens after the take); otherwise none is, nothing is
+-- written, and the tokens are those each bucket holds now. The caller
+-- derives RetryAfter and ResetAfter from them, as bucket.go does.
+--
+-- A refusal writes nothing: the stored state refills from its own instant
+-- exactly as a rewritten one would from now, and its TTL (the instant it
+-- is full again) has not moved. Under a flood of refused requests that is
+-- no write, no replication and no AOF traffic.
 --
 -- Needs Redis >= 5, where scripts replicate their effects, so a write after
 -- TIME is allowed (3.2 and 4 would need redis.replicate_commands()).
 
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
-local tokens, last = burst, now
-local state = redis.call('GET', KEYS[1])
-if state then
-  tokens, last = struct.unpack('<dd', state)
+local now = clock()
+local n = #KEYS
+local tokens, lasts = {}, {}
+local allowed = 1
+for i = 1, n do
+  tokens[i], lasts[i] = load(KEYS[i], tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]), now)
+  if tokens[i] < tonumber(ARGV[3 * i]) then
+    allowed = 0
+  end
 end
 
--- tokensAt: refill since last, capped at burst; a clock that went
--- backwards refills nothing.
-local elapsed = now - last
-if elapsed <= 0 then
-  tokens = math.min(tokens, burst)
-else
-  tokens = math.min(burst, tokens + elapsed / 1e6 * rate)
-end
--- last never moves backwards, so a stepped clock cannot mint tokens.
-local realnow = now
-if now < last then
-  now = last
+if allowed == 1 then
+  for i = 1, n do
+    tokens[i] = tokens[i] - tonumber(ARGV[3 * i])
+    store(KEYS[i], tokens[i], lasts[i], now, tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]))
+  end
 end
 
-local allowed = 0
-if tokens >= cost then
-  tokens = tokens - cost
-  allowed = 1
+local reply = {allowed}
+for i = 1, n do
+  reply[i + 1] = struct.pack('<d', tokens[i])
 end
-
--- Expire when full again (at least 1 ms), counted from Redis's real clock:
--- when it went backwards, the bucket is full only (last - realnow) later.
-local ttl = math.ceil((now - realnow) / 1000 + (burst - tokens) / rate * 1000)
-if ttl < 1 then
-  ttl = 1
-end
--- PX wants an integer; Lua prints 1e17 and above in exponent form.
-if ttl > 1e15 then
-  ttl = 1e15
-end
-redis.call('SET', KEYS[1], struct.pack('<dd', tokens, now), 'PX', ttl)
-
-return {allowed, string.format('%.17g', tokens), now}
+reply[n + 2] = now
+return reply

@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +59,8 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"redis.timeout: must be > 0", "redis.instances", "redis.pool_size", "redis.db", "redis.breaker.failures", "redis.breaker.open_for", "redis.batch.max_in_flight"}},
 		{"cluster db", Config{Addrs: []string{"a:1"}, Cluster: true, DB: 2}, []string{"redis.db: must be 0 with cluster"}},
 		{"bad policy", Config{Addrs: []string{"a:1"}, FailurePolicy: 9}, []string{"redis.failure_policy"}},
+		{"batching", Config{Addrs: []string{"a:1"}, PoolSize: 4, QueueTimeout: -1, Batch: BatchConfig{MaxInFlight: 8, MaxBatch: -1}},
+			[]string{"redis.batch.max_in_flight: 8 pipelines in flight need as many connections; pool_size is 4", "redis.batch.max_batch", "redis.queue_timeout"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,19 +151,51 @@ func hashTag(key string) string {
 	return key[i+1 : i+1+j]
 }
 
-func TestDecodeReplyRejectsBadShapes(t *testing.T) {
+func TestDecodeTakeRejectsBadShapes(t *testing.T) {
+	one := []ratelimit.Take{{Limit: ratelimit.Limit{Rate: 1, Burst: 4}, Cost: 1}}
+	res := make([]ratelimit.Result, 1)
 	for _, v := range []any{
-		nil, "x", []any{}, []any{int64(1), "1"}, []any{"1", "1", int64(1)},
-		[]any{int64(2), "1", int64(1)}, []any{int64(1), int64(1), int64(1)},
-		[]any{int64(1), "nan", int64(1)}, []any{int64(1), "-1", int64(1)}, []any{int64(1), "1", "1"},
+		nil, "x", []any{}, []any{int64(1), dbl(1)}, []any{"1", dbl(1), int64(1)},
+		[]any{int64(2), dbl(1), int64(1)}, []any{int64(1), int64(1), int64(1)}, []any{int64(1), "1", int64(1)},
+		[]any{int64(1), dbl(math.NaN()), int64(1)}, []any{int64(1), dbl(1), "1"},
+		[]any{int64(1), dbl(1), dbl(1), int64(1)},
 	} {
-		if _, err := decodeReply(v); !errors.Is(err, errBadReply) {
-			t.Errorf("decodeReply(%#v) = %v, want errBadReply", v, err)
+		if _, err := decodeTake(v, one, res); !errors.Is(err, errBadReply) {
+			t.Errorf("decodeTake(%#v) = %v, want errBadReply", v, err)
 		}
 	}
-	if r, err := decodeReply([]any{int64(1), "2.5", int64(7)}); err != nil || r != (reply{true, 2.5, 7}) {
-		t.Errorf("decodeReply(good) = %+v, %v", r, err)
+	if now, err := decodeTake([]any{int64(1), dbl(2.5), int64(7)}, one, res); err != nil || now != 7 ||
+		res[0] != (ratelimit.Result{Allowed: true, Remaining: 2.5, ResetAfter: 1500 * time.Millisecond}) {
+		t.Errorf("decodeTake(good) = %+v, %v, %v", res[0], now, err)
 	}
+	two := append(one, ratelimit.Take{Limit: ratelimit.Limit{Rate: 2, Burst: 2}, Cost: 2})
+	res = make([]ratelimit.Result, 2)
+	if _, err := decodeTake([]any{int64(0), dbl(3), dbl(1), int64(7)}, two, res); err != nil ||
+		res[0].RetryAfter != 0 || res[1].RetryAfter != 500*time.Millisecond || res[0].Allowed || res[1].Allowed {
+		t.Errorf("decodeTake(refused pair) = %+v, %v", res, err)
+	}
+}
+
+// dbl is f as the scripts return it: struct.pack '<d'.
+func dbl(f float64) string {
+	return string(binary.LittleEndian.AppendUint64(nil, math.Float64bits(f)))
+}
+
+// put1, get1 and settle1 are the denial cache's methods for one take.
+func (c *denyCache) put1(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, r ratelimit.Result, now time.Time) {
+	takes := []ratelimit.Take{{Key: k, Limit: l, Cost: cost}}
+	c.put(denyKeyOf(takes), takes, []ratelimit.Result{r}, now)
+}
+
+func (c *denyCache) get1(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, now time.Time) (ratelimit.Result, denyState, <-chan struct{}) {
+	res := make([]ratelimit.Result, 1)
+	st, wait := c.get(denyKeyOf([]ratelimit.Take{{Key: k, Limit: l, Cost: cost}}), now, res)
+	return res[0], st, wait
+}
+
+func (c *denyCache) settle1(k ratelimit.BucketKey, l ratelimit.Limit, cost float64, r ratelimit.Result, ok bool, now time.Time) {
+	takes := []ratelimit.Take{{Key: k, Limit: l, Cost: cost}}
+	c.settle(denyKeyOf(takes), takes, []ratelimit.Result{r}, ok, now)
 }
 
 func TestDenyCacheBoundedAndExpires(t *testing.T) {
@@ -168,27 +204,87 @@ func TestDenyCacheBoundedAndExpires(t *testing.T) {
 	deny := ratelimit.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second, Remaining: 0.5}
 	lim := ratelimit.Limit{Rate: 5, Burst: 25}
 	for i := range 1000 {
-		c.put(ratelimit.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, lim, 1, deny, now)
+		c.put1(ratelimit.BucketKey{Tenant: string(rune('a' + i%26)), Scope: strings.Repeat("x", i)}, lim, 1, deny, now)
 	}
 	if n := c.len(); n > 64 {
 		t.Errorf("len = %d, want <= 64", n)
 	}
 	k := ratelimit.BucketKey{Tenant: "t"}
-	c.put(k, lim, 1, deny, now)
-	r, ok := c.get(k, lim, 1, now.Add(400*time.Millisecond))
+	c.put1(k, lim, 1, deny, now)
+	hit := func(l ratelimit.Limit, cost float64, at time.Time) (ratelimit.Result, bool) {
+		r, st, _ := c.get1(k, l, cost, at)
+		return r, st == denyHit
+	}
+	r, ok := hit(lim, 1, now.Add(400*time.Millisecond))
 	// Only the wait is known: the bucket was not read, so a remembered
 	// Remaining would be stale (issue 12).
 	if !ok || r.Allowed || r.RetryAfter != 600*time.Millisecond || !r.StateUnknown || r.Remaining != 0 || r.ResetAfter != 0 {
 		t.Errorf("get before expiry = %+v, %v; want RetryAfter 600ms and the state unknown", r, ok)
 	}
-	if _, ok := c.get(k, lim, 2, now); ok {
+	if _, ok := hit(lim, 2, now); ok {
 		t.Error("get with another cost hit")
 	}
-	if _, ok := c.get(k, ratelimit.Limit{Rate: lim.Rate * 2, Burst: lim.Burst}, 1, now); ok {
+	if _, ok := hit(ratelimit.Limit{Rate: lim.Rate * 2, Burst: lim.Burst}, 1, now); ok {
 		t.Fatal("a denial decided under the old limit answered for a new one (reload)")
 	}
-	if _, ok := c.get(k, lim, 1, now.Add(time.Second)); ok {
+	if _, ok := hit(lim, 1, now.Add(time.Second)); ok {
 		t.Error("get at expiry hit")
+	}
+}
+
+// TestDenyCacheSingleFlight: when a denial expires, the first caller
+// refreshes it and the others wait; a new denial answers them, while an
+// admission (tokens are not shared) or a failure sends them to Redis.
+func TestDenyCacheSingleFlight(t *testing.T) {
+	c := newDenyCache(64)
+	now := time.Unix(1000, 0)
+	lim := ratelimit.Limit{Rate: 5, Burst: 25}
+	deny := ratelimit.Result{RetryAfter: time.Second, ResetAfter: 2 * time.Second}
+	k := ratelimit.BucketKey{Tenant: "t"}
+	c.put1(k, lim, 1, deny, now)
+	at := now.Add(time.Second)
+	if _, st, _ := c.get1(k, lim, 1, at); st != denyLead {
+		t.Fatalf("first get after expiry: %v, want denyLead", st)
+	}
+	_, st, wait := c.get1(k, lim, 1, at)
+	if st != denyWait || wait == nil {
+		t.Fatalf("second get during the refresh: %v, want denyWait", st)
+	}
+	select {
+	case <-wait:
+		t.Fatal("woken before the refresh settled")
+	default:
+	}
+	c.settle1(k, lim, 1, deny, true, at) // denied again
+	<-wait
+	if r, st, _ := c.get1(k, lim, 1, at.Add(time.Millisecond)); st != denyHit || r.RetryAfter != 999*time.Millisecond {
+		t.Fatalf("after a denial settled: %v %+v, want the new denial", st, r)
+	}
+	for _, tc := range []struct {
+		name  string
+		r     ratelimit.Result
+		ok    bool
+		state denyState
+		retry time.Duration
+	}{
+		// The refresher took the last token: the next take of 1 waits
+		// 1/5 s for the refill, and the waiters are denied until then.
+		{"admitted, bucket empty", ratelimit.Result{Allowed: true, Remaining: 0}, true, denyHit, 200 * time.Millisecond},
+		// Tokens left: each waiter takes its own from Redis.
+		{"admitted, tokens left", ratelimit.Result{Allowed: true, Remaining: 3}, true, denyMiss, 0},
+		{"no answer", ratelimit.Result{}, false, denyMiss, 0},
+	} {
+		at = at.Add(time.Second)
+		c.put1(k, lim, 1, deny, at.Add(-time.Second))
+		if _, st, _ := c.get1(k, lim, 1, at); st != denyLead {
+			t.Fatalf("%s: get after expiry: %v, want denyLead", tc.name, st)
+		}
+		_, _, wait := c.get1(k, lim, 1, at)
+		c.settle1(k, lim, 1, tc.r, tc.ok, at)
+		<-wait
+		if r, st, _ := c.get1(k, lim, 1, at); st != tc.state || r.RetryAfter != tc.retry {
+			t.Errorf("%s: then get = %v %+v, want %v with RetryAfter %v", tc.name, st, r, tc.state, tc.retry)
+		}
 	}
 }
 

@@ -32,6 +32,7 @@ type Option func(*serverConfig)
 
 type serverConfig struct {
 	args []string
+	tls  *PKI
 }
 
 // WithArgs passes extra command-line arguments to redis-server, for example
@@ -43,11 +44,13 @@ func WithArgs(args ...string) Option {
 // Server is one redis-server process. Its methods are safe for concurrent
 // use; Addr stays the same across Kill and Restart.
 type Server struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	port int
-	args []string
+	t       testing.TB
+	bin     string
+	dir     string
+	port    int
+	tlsPort int    // 0: no TLS listener
+	conf    string // written to dir/redis.conf and passed first, when set
+	args    []string
 
 	mu     sync.Mutex
 	proc   *os.Process // nil while killed
@@ -81,22 +84,45 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 		o(&c)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: c.args}
+	if c.tls != nil {
+		s.args = append(s.args, "--tls-cert-file", c.tls.CertFile, "--tls-key-file", c.tls.KeyFile,
+			"--tls-ca-cert-file", c.tls.CAFile, "--tls-auth-clients", "no")
+	}
+	s.launch(c.tls != nil)
+	return s
+}
+
+// launch starts s on free ports (and a TLS one too when tls), retrying
+// a few times, and stops it when the test ends.
+func (s *Server) launch(tls bool) {
+	s.t.Helper()
 	// A port found free can be taken before redis binds it; try a few.
 	var err error
 	for range 5 {
-		s.port, err = freePort()
-		if err != nil {
+		if s.port, err = freePort(); err != nil {
 			continue
+		}
+		if tls {
+			if s.tlsPort, err = freePort(); err != nil {
+				continue
+			}
 		}
 		if err = s.start(); err == nil {
 			break
 		}
 	}
 	if err != nil {
-		t.Fatalf("redistest: start redis-server: %v", err)
+		s.t.Fatalf("redistest: start %s: %v", s.bin, err)
 	}
-	t.Cleanup(s.Kill)
-	return s
+	s.t.Cleanup(s.Kill)
+}
+
+// TLSAddr returns the host:port of the TLS listener (WithTLS), or "".
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
 }
 
 // Addr returns host:port.
@@ -137,7 +163,20 @@ func (s *Server) Restart() {
 // start launches the process and waits for PING. It reports an error (and
 // leaves nothing running) when the server exits or does not answer.
 func (s *Server) start() error {
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		conf := filepath.Join(s.dir, "redis.conf")
+		if _, err := os.Stat(conf); err != nil { // a sentinel rewrites its own
+			if err := os.WriteFile(conf, []byte(s.conf), 0o600); err != nil {
+				return err
+			}
+		}
+		args = append(args, conf)
+	}
+	if s.tlsPort != 0 {
+		args = append(args, "--tls-port", strconv.Itoa(s.tlsPort))
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -145,8 +184,8 @@ func (s *Server) start() error {
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--logfile", "",
-		"--loglevel", "warning",
-	}, s.args...)
+		"--loglevel", "warning")
+	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
 	logf, err := os.Create(filepath.Join(s.dir, "redis.log"))
 	if err != nil {
@@ -202,4 +241,14 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Pid returns the server's process ID, or 0 while it is killed.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Pid
 }

@@ -1,0 +1,32 @@
+-- Sync mode's reconciliation of buckets (bucket.lua is prepended): each
+-- the same bucket as take.lua, debited with what one instance admitted
+-- locally from it since its last sync. A bucket may go below zero: that
+-- debt is tokens the fleet admitted beyond the quota, and the refill
+-- repays it before anyone is admitted again, so the fleet converges to
+-- the quota. The debt is capped at one burst.
+--
+-- KEYS[i]  a bucket (several in one call on a single node; one on a
+--          cluster, where keys of one call must share a slot)
+-- ARGV[3i-2], ARGV[3i-1], ARGV[3i]
+--          bucket i's rate (tokens per second, > 0), burst (tokens, > 0)
+--          and used: tokens this instance took since its last sync (>= 0)
+--
+-- Reply: {tokens of bucket 1 after the debit, ..., tokens of bucket n
+-- (struct.pack '<d', exact; negative is debt), now (µs)}. A bucket with nothing used is
+-- not written.
+
+local now = clock()
+local reply = {}
+for i = 1, #KEYS do
+  local rate = tonumber(ARGV[3 * i - 2])
+  local burst = tonumber(ARGV[3 * i - 1])
+  local used = tonumber(ARGV[3 * i])
+  local tokens, last = load(KEYS[i], rate, burst, now)
+  if used > 0 then
+    tokens = math.max(tokens - used, -burst)
+    store(KEYS[i], tokens, last, now, rate, burst)
+  end
+  reply[i] = struct.pack('<d', tokens)
+end
+reply[#KEYS + 1] = now
+return reply

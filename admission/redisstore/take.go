@@ -1,0 +1,221 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
+)
+
+// Take implements ratelimit.Store. Under FailClosed, a take Redis cannot
+// answer returns an error matching ErrUnavailable; under the other policies
+// Redis trouble is never an error. Decide also says how the take was
+// decided.
+func (s *Store) Take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, error) {
+	r, _, err := s.Decide(ctx, k, l, cost)
+	return r, err
+}
+
+// Decide is Take that also returns how the decision was made. The error is
+// ErrInvalidTake, ErrClosed, ctx.Err() (returned as is when the caller's
+// context ends first), or an *UnavailableError under FailClosed.
+func (s *Store) Decide(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, Outcome, error) {
+	takes := [1]ratelimit.Take{{Key: k, Limit: l, Cost: cost}}
+	var res [1]ratelimit.Result
+	out, err := s.decide(ctx, takes[:], res[:])
+	return res[0], out, err
+}
+
+// TakeAll implements ratelimit.MultiStore: one script call takes from
+// every bucket or from none. The takes must be of one tenant (their keys
+// share its hash tag, so one slot on a cluster) and name distinct buckets;
+// otherwise the error matches ErrInvalidTake or
+// ratelimit.ErrDuplicateBucket. Redis trouble is as for Take: the failure
+// policy decides every take together (Local: all or nothing on this
+// instance's shares).
+func (s *Store) TakeAll(ctx context.Context, takes []ratelimit.Take) ([]ratelimit.Result, error) {
+	res, _, err := s.DecideAll(ctx, takes)
+	return res, err
+}
+
+// DecideAll is TakeAll that also returns how the decision was made.
+func (s *Store) DecideAll(ctx context.Context, takes []ratelimit.Take) ([]ratelimit.Result, Outcome, error) {
+	res := make([]ratelimit.Result, len(takes))
+	out, err := s.decide(ctx, takes, res)
+	if err != nil {
+		return nil, out, err
+	}
+	return res, out, nil
+}
+
+// decide decides takes, all or nothing, into res (as long as takes):
+// from the denial cache, from Redis, or by the failure policy.
+func (s *Store) decide(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (Outcome, error) {
+	if err := checkTakes(takes); err != nil {
+		return Outcome{}, err
+	}
+	if s.closed.Load() {
+		return Outcome{}, ErrClosed
+	}
+	if s.syncer != nil {
+		return s.syncer.decide(ctx, takes, res)
+	}
+	var dk denyKey
+	lead := false
+	if s.deny != nil {
+		dk = denyKeyOf(takes)
+		st, err := s.denied(ctx, dk, res)
+		switch {
+		case err != nil:
+			return Outcome{}, err
+		case st == denyHit:
+			s.stats.denyCache.Add(1)
+			return Outcome{Source: FromDenyCache}, nil
+		}
+		lead = st == denyLead
+	}
+	// Taken before the script runs, so start + RetryAfter is never later
+	// than the refill the script computed: the denial cache must not deny
+	// past it.
+	start := s.now()
+	_, err := s.evalTakes(ctx, takes, res)
+	if err != nil {
+		if lead {
+			s.deny.settle(dk, nil, nil, false, start)
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return Outcome{}, ctxErr
+		}
+		return s.fallback(takes, res, err)
+	}
+	switch {
+	case lead:
+		s.deny.settle(dk, takes, res, true, start)
+	case s.deny != nil:
+		s.deny.put(dk, takes, res, start)
+	}
+	s.stats.redis.Add(1)
+	return Outcome{Source: FromRedis}, nil
+}
+
+// checkTakes rejects an empty TakeAll, a limit or cost that is not a
+// positive finite number, takes of several tenants, and a bucket twice.
+func checkTakes(takes []ratelimit.Take) error {
+	if len(takes) == 0 {
+		return fmt.Errorf("%w: no take", ErrInvalidTake)
+	}
+	for _, t := range takes {
+		if !validTake(t.Limit, t.Cost) {
+			return fmt.Errorf("%w: rate %v, burst %v, cost %v", ErrInvalidTake, t.Limit.Rate, t.Limit.Burst, t.Cost)
+		}
+		if t.Key.Tenant != takes[0].Key.Tenant {
+			return fmt.Errorf("%w: one TakeAll takes from one tenant's buckets (one hash slot)", ErrInvalidTake)
+		}
+	}
+	if ratelimit.Duplicate(takes) {
+		return ratelimit.ErrDuplicateBucket
+	}
+	return nil
+}
+
+// evalTakes runs the take script on takes and writes the results into
+// res. It returns the Redis clock the script read (µs).
+func (s *Store) evalTakes(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (int64, error) {
+	keys := make([]string, len(takes))
+	args := make([]any, 0, 3*len(takes))
+	for i, t := range takes {
+		keys[i] = bucketKey(t.Key)
+		args = append(args, t.Limit.Rate, t.Limit.Burst, t.Cost)
+	}
+	v, err := s.run(ctx, s.laneFor(ctx, keys[0]), takeScript, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	return decodeTake(v, takes, res)
+}
+
+// denied consults the denial cache for dk: a denial that holds (denyHit,
+// with the results in res), none (denyMiss), or an expired one that this
+// caller must refresh (denyLead, then settle). While another caller
+// refreshes it, it waits for that answer, at most QueueTimeout (then it
+// asks Redis itself); the error is ctx's when ctx ends first.
+func (s *Store) denied(ctx context.Context, dk denyKey, res []ratelimit.Result) (denyState, error) {
+	var bound <-chan time.Time
+	for {
+		st, wait := s.deny.get(dk, s.now(), res)
+		if st != denyWait {
+			return st, nil
+		}
+		if bound == nil {
+			t := time.NewTimer(s.cfg.QueueTimeout)
+			defer t.Stop()
+			bound = t.C
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return denyMiss, ctx.Err()
+		case <-bound:
+			return denyMiss, nil
+		}
+	}
+}
+
+// denyKeyOf is the denial cache's key of takes: the first take, and the
+// others encoded (length-prefixed, so no two lists encode alike).
+func denyKeyOf(takes []ratelimit.Take) denyKey {
+	t := takes[0]
+	dk := denyKey{k: t.Key, l: t.Limit, cost: t.Cost}
+	if len(takes) == 1 {
+		return dk
+	}
+	var b []byte
+	for _, t := range takes[1:] {
+		b = binary.AppendUvarint(b, uint64(len(t.Key.Tenant)))
+		b = append(b, t.Key.Tenant...)
+		b = binary.AppendUvarint(b, uint64(len(t.Key.Scope)))
+		b = append(b, t.Key.Scope...)
+		for _, f := range []float64{t.Limit.Rate, t.Limit.Burst, t.Cost} {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+		}
+	}
+	dk.rest = string(b)
+	return dk
+}
+
+// fallback decides takes into res by the failure policy because of cause.
+func (s *Store) fallback(takes []ratelimit.Take, res []ratelimit.Result, cause error) (Outcome, error) {
+	p := s.cfg.FailurePolicy
+	now := s.now()
+	s.policyApplied(p, cause, now)
+	out := Outcome{Source: FromPolicy, Policy: p, Cause: cause}
+	switch p {
+	case FailOpen:
+		// Admitted without reading the buckets: their state is not known.
+		for i := range takes {
+			res[i] = ratelimit.Result{Allowed: true, StateUnknown: true}
+		}
+		return out, nil
+	case FailClosed:
+		return out, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
+	}
+	if len(takes) == 1 {
+		t := takes[0]
+		res[0] = s.local.TakeAt(s.local.Clock(), t.Key, localShare(t.Limit, t.Cost, s.cfg.Instances), t.Cost)
+		return out, nil
+	}
+	shares := make([]ratelimit.Take, len(takes))
+	for i, t := range takes {
+		shares[i] = t
+		shares[i].Limit = localShare(t.Limit, t.Cost, s.cfg.Instances)
+	}
+	return out, s.local.TakeAllAt(s.local.Clock(), shares, res) // checked: no duplicate
+}
+
+var (
+	_ ratelimit.Store      = (*Store)(nil)
+	_ ratelimit.MultiStore = (*Store)(nil)
+)
