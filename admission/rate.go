@@ -32,17 +32,26 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 	return err
 }
 
-// takeBuckets takes the route's cost from the route group's bucket, the
-// tenant's bucket, then the global backstop. Tokens taken by an earlier
-// bucket are not given back when a later one says no: a refund would make
+// takeBuckets takes the route's cost from the route group's bucket and the
+// tenant's bucket, then the global backstop. The group's and the tenant's
+// buckets are taken all or nothing, in one store call when the store can
+// (ratelimit.MultiStore: one lock, one Lua call): a request the tenant's
+// bucket refuses must not have emptied its group's, or "retry after 3 s"
+// would be followed by "retry after 37 s". Tokens taken by the tenant's
+// buckets are not given back when the backstop says no: a refund would make
 // a rejected request free, so a client retrying into an overload would pay
 // nothing and the rate layer would stop bounding what reaches the later
-// layers. The narrowest bucket goes first so that it is the one that
-// usually says no.
+// layers.
 func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error {
 	t, r := d.Tenant, d.Route
 	if r.Group != "" {
 		if q, ok := t.Groups[r.Group]; ok {
+			if ms, ok := g.store.(ratelimit.MultiStore); ok {
+				if err := g.takeGrouped(ctx, ms, d, ratelimit.Limit{Rate: q.Rate, Burst: q.Burst}); err != nil || d.Status != 0 {
+					return err
+				}
+				return g.takeBackstop(ctx, c, d)
+			}
 			l := ratelimit.Limit{Rate: q.Rate, Burst: q.Burst}
 			res, err := g.take(ctx, ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
 			if err != nil {
@@ -72,6 +81,12 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 		d.reject(ReasonTenantQuota, res.RetryAfter)
 		return nil
 	}
+	return g.takeBackstop(ctx, c, d)
+}
+
+// takeBackstop takes the route's cost from the global backstop, if any.
+func (g *Gate) takeBackstop(ctx context.Context, c *compiled, d *Decision) error {
+	t, r := d.Tenant, d.Route
 	if c.global != nil {
 		res, err := g.backstop.TakeBackstop(ctx, *c.global, ratelimit.BackstopRequest{Tenant: t.ID, Weight: t.Weight, Cost: r.Cost, Class: backstopClass(d.Priority)})
 		if err != nil {
@@ -141,4 +156,37 @@ func backstopClass(p shed.Priority) ratelimit.BackstopClass {
 		return ratelimit.BackstopDefault
 	}
 	return ratelimit.BackstopSheddable
+}
+
+// takeGrouped takes a grouped route's cost from the group's and the
+// tenant's buckets in one all-or-nothing store call. Refused, the reason
+// is the bucket with the longer wait and Retry-After that wait: when it has
+// passed, both buckets hold the cost.
+func (g *Gate) takeGrouped(ctx context.Context, ms ratelimit.MultiStore, d *Decision, gl ratelimit.Limit) error {
+	t, r := d.Tenant, d.Route
+	tl := ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}
+	takes := [2]ratelimit.Take{
+		{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, Limit: gl, Cost: r.Cost},
+		{Key: ratelimit.BucketKey{Tenant: t.ID}, Limit: tl, Cost: r.Cost},
+	}
+	var start time.Time
+	if g.metrics != nil {
+		start = time.Now()
+	}
+	res, err := ms.TakeAll(ctx, takes[:])
+	if g.metrics != nil {
+		g.metrics.storeTake.Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
+		return g.storeFailed(ctx, d, err)
+	}
+	d.Quotas[0], d.Quotas[1], d.NQuotas = quotaState("tenant", tl, res[1]), quotaState(r.Group, gl, res[0]), 2
+	if !res[1].Allowed {
+		if res[0].RetryAfter > res[1].RetryAfter {
+			d.reject(ReasonGroupQuota, res[0].RetryAfter)
+		} else {
+			d.reject(ReasonTenantQuota, res[1].RetryAfter)
+		}
+	}
+	return nil
 }
