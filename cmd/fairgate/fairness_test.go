@@ -149,41 +149,36 @@ func TestServeFairSharedLayers(t *testing.T) {
 	defer client.CloseIdleConnections()
 	ctx := t.Context()
 
-	t.Run("backstop", func(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		heavyPath, lightPath string
+		heavy, light         string
+		lightEvery           time.Duration
+	}{
 		// big: 250 tokens/s, inside its 400 but above the global 150;
 		// small: 20 tokens/s.
-		var big, small map[int]int
-		var wg sync.WaitGroup
-		wg.Go(func() { big = openLoop(ctx, client, base+"/v2/things/1", "big-key", 4*time.Millisecond, 4*time.Second) })
-		wg.Go(func() {
-			small = openLoop(ctx, client, base+"/v2/things/2", "small-key", 50*time.Millisecond, 4*time.Second)
-		})
-		wg.Wait()
-		t.Logf("big %v, small %v", big, small)
-		if okShare(small) < 0.99 {
-			t.Errorf("small tenant inside its share: %.1f%% served (%v), want ≥ 99%%", 100*okShare(small), small)
-		}
-		if big[503] == 0 {
-			t.Errorf("big tenant above the global rate was never refused: %v", big)
-		}
-	})
-
-	t.Run("same-tier", func(t *testing.T) {
+		{"backstop", "/v2/things/1", "/v2/things/2", "big", "small", 50 * time.Millisecond},
 		// loud: 250 searches/s (2.5 s of connection time a second against
 		// the silver pool's 2 seats), inside its 2000 tokens/s; quiet: 10/s.
-		var loud, quiet map[int]int
-		var wg sync.WaitGroup
-		wg.Go(func() { loud = openLoop(ctx, client, base+"/v2/search", "loud-key", 4*time.Millisecond, 4*time.Second) })
-		wg.Go(func() {
-			quiet = openLoop(ctx, client, base+"/v2/search", "quiet-key", 100*time.Millisecond, 4*time.Second)
+		{"same-tier", "/v2/search", "/v2/search", "loud", "quiet", 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var heavy, light map[int]int
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				heavy = openLoop(ctx, client, base+tc.heavyPath, tc.heavy+"-key", 4*time.Millisecond, 4*time.Second)
+			})
+			wg.Go(func() {
+				light = openLoop(ctx, client, base+tc.lightPath, tc.light+"-key", tc.lightEvery, 4*time.Second)
+			})
+			wg.Wait()
+			t.Logf("%s %v, %s %v", tc.heavy, heavy, tc.light, light)
+			if okShare(light) < 0.99 {
+				t.Errorf("%s tenant within its share: %.1f%% served (%v), want ≥ 99%%", tc.light, 100*okShare(light), light)
+			}
+			if heavy[503] == 0 {
+				t.Errorf("%s tenant was never refused: %v", tc.heavy, heavy)
+			}
 		})
-		wg.Wait()
-		t.Logf("loud %v, quiet %v", loud, quiet)
-		if okShare(quiet) < 0.99 {
-			t.Errorf("quiet tenant: %.1f%% served (%v), want ≥ 99%%", 100*okShare(quiet), quiet)
-		}
-		if loud[503] == 0 {
-			t.Errorf("loud tenant was never refused: %v", loud)
-		}
-	})
+	}
 }
