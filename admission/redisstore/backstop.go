@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,13 +23,6 @@ const backstopKey = keyPrefix + globalTag + "}:fair"
 
 // backstopScript runs backstop.lua.
 var backstopScript = redis.NewScript(backstopLua)
-
-// localBackstop is the backstop the Local failure policy decides with: this
-// instance's share of the global rate.
-type localBackstop struct {
-	mu sync.Mutex
-	b  fairshare.Backstop // guarded by mu
-}
 
 // TakeBackstop decides one request r at the fair global backstop l: one
 // script call on Redis within Timeout, through the breaker and the batches.
@@ -127,9 +119,8 @@ func (s *Store) backstopFallback(l fairshare.BackstopLimit, r fairshare.Backstop
 	}
 	share := localShare(limitOf(l), r.Cost, s.cfg.Instances)
 	l.Rate, l.Burst = share.Rate, share.Burst
-	s.backstop.mu.Lock()
-	defer s.backstop.mu.Unlock()
-	return s.backstop.b.Take(s.local.Clock(), l, r), nil
+	// The Local policy's embedded store keeps this instance's backstop too.
+	return s.local.TakeBackstop(context.Background(), l, r)
 }
 
 // limitOf is l's bucket.

@@ -47,14 +47,12 @@ type Store struct {
 	local     *ratelimit.MemoryStore // nil unless the policy is Local
 	syncer    *syncer                // nil unless the mode is Sync
 	epoch     time.Time              // the origin of lanes' failure instants
-	// backstop is the Local policy's fair global backstop.
-	backstop localBackstop
-	now      func() time.Time
-	opts     Options
-	logs     logLimiter // Redis trouble
-	overload logLimiter // our own queue
-	stats    stats
-	closed   atomic.Bool
+	now       func() time.Time
+	opts      Options
+	logs      logLimiter // Redis trouble
+	overload  logLimiter // our own queue
+	stats     stats
+	closed    atomic.Bool
 }
 
 // Options are the Store's collaborators. The zero value is usable.
