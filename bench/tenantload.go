@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"strings"
+	"time"
+
+	"github.com/fairgate/fairgate/internal/demoapi"
+	"github.com/fairgate/fairgate/shed"
+)
+
+// Role says what part a tenant plays in a scenario.
+type Role uint8
+
+const (
+	// Innocent tenants send steady traffic well within their quotas; the
+	// quiet baseline runs them alone.
+	Innocent Role = iota
+	// Noisy tenants are the load the scenario adds on top of the baseline:
+	// the neighbour ramping up, the slow exporter, the batch jobs.
+	Noisy
+)
+
+// String returns "innocent" or "noisy".
+func (r Role) String() string {
+	if r == Noisy {
+		return "noisy"
+	}
+	return "innocent"
+}
+
+// MarshalText returns the JSON word for r.
+func (r Role) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// Arrivals is the shape of a tenant's open-loop arrival process.
+type Arrivals uint8
+
+const (
+	// Poisson arrivals: exponential gaps, as independent users make.
+	Poisson Arrivals = iota
+	// Constant arrivals: evenly spaced, as a script's loop makes.
+	Constant
+)
+
+// Call is one kind of request in a tenant's route mix.
+type Call struct {
+	// Method and Path (with any query) of the request.
+	Method, Path string
+	// Criticality labels the call's results; it matches the route's
+	// criticality in the scenario's gateway config.
+	Criticality shed.Criticality
+	// Weight is the call's share of the tenant's requests, relative to the
+	// other calls' weights.
+	Weight float64
+}
+
+// Ramp changes a tenant's rate during a run. Times are fractions of the run
+// (0 to 1); factors multiply TenantLoad.Rate.
+type Ramp struct {
+	// Start and Peak bound the ramp: the factor is From until Start, rises
+	// linearly to To at Peak and stays there.
+	Start, Peak float64
+	From, To    float64
+}
+
+// factor returns the rate multiplier at fraction x of the run.
+func (r *Ramp) factor(x float64) float64 {
+	switch {
+	case r == nil:
+		return 1
+	case x <= r.Start:
+		return r.From
+	case x >= r.Peak:
+		return r.To
+	default:
+		return r.From + (r.To-r.From)*(x-r.Start)/(r.Peak-r.Start)
+	}
+}
+
+// TenantLoad is one tenant's traffic in a scenario.
+type TenantLoad struct {
+	// ID and Tier name the tenant in the gateway config; Key is its API
+	// key (the config holds only its hash).
+	ID, Tier, Key string
+	// Contract, when set, overrides the tier's quota in the gateway
+	// config: the tenant's contract lets it send more than its tier.
+	Contract *Contract
+	Role     Role
+	// Rate is the mean arrival rate in requests per second, multiplied by
+	// Ramp's factor when Ramp is set.
+	Rate     float64
+	Ramp     *Ramp
+	Arrivals Arrivals
+	// Calls is the route mix.
+	Calls []Call
+	// Users is the number of simulated users; each arrival belongs to a
+	// random one. IPs is the number of source addresses they share: user u
+	// connects from address u mod IPs. Zero means 1.
+	Users, IPs int
+	// Timeout is the client's timeout for a whole request.
+	Timeout time.Duration
+	// HonourRetryAfter makes a user that got 429 or 503 skip its arrivals
+	// until Retry-After has passed (counted as deferred); otherwise it keeps
+	// sending, as a runaway script does.
+	HonourRetryAfter bool
+}
+
+func (tl *TenantLoad) users() int { return max(tl.Users, 1) }
+func (tl *TenantLoad) ips() int   { return max(tl.IPs, 1) }
+
+// peakRate is the highest rate the tenant reaches.
+func (tl *TenantLoad) peakRate() float64 {
+	if tl.Ramp == nil {
+		return tl.Rate
+	}
+	return tl.Rate * max(tl.Ramp.From, tl.Ramp.To)
+}
+
+// Contract is a tenant's own quota, replacing its tier's.
+type Contract struct {
+	// Rate in tokens per second and Burst in tokens.
+	Rate, Burst float64
+	// MaxConcurrent caps the tenant's requests executing upstream. Zero
+	// keeps the tier's cap.
+	MaxConcurrent int
+}
+
+// meanServiceTime is the mean time, in seconds, one of tl's requests holds
+// a connection of up.
+func (tl *TenantLoad) meanServiceTime(up *demoapi.API) float64 {
+	var wsum, wd float64
+	for _, c := range tl.Calls {
+		wsum += c.Weight
+		path, q, _ := strings.Cut(c.Path, "?")
+		wd += c.Weight * up.MeanServiceTime(path, strings.TrimPrefix(q, "rows=")).Seconds()
+	}
+	return wd / wsum
+}
