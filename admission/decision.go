@@ -77,6 +77,10 @@ type Decision struct {
 	// it, for Config.HideCredentials.
 	credential tenant.KeySource
 
+	// arrived: the shedding layer counted the request in its tenant's use
+	// of its pool (bulkhead.Pools.Arrive).
+	arrived bool
+
 	// backstop is the global backstop's answer, when it was asked.
 	backstop    ratelimit.BackstopResult
 	hasBackstop bool

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
 )
 
@@ -34,7 +35,8 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	g.observe(ps, pool)
 	within, use, share := false, 0.0, 0.0
 	if g.pools != nil && !g.shareBlind {
-		st := g.pools.Share(pool, d.Tenant.ID)
+		st := g.pools.Arrive(pool, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight})
+		d.arrived = true
 		within, use, share = st.Within, st.Use, st.Share
 	}
 	prio := d.Priority

@@ -27,6 +27,10 @@ type Pools struct {
 	// flow: the queue degrades to FIFO, the negative control of the
 	// fairness tests.
 	fifo bool
+	// noReserve, a test hook set before first use, lets requests of
+	// tenants above their fair share take every free seat: the negative
+	// control of the headroom tests.
+	noReserve bool
 
 	// epoch is the origin of the monotonic instants (ns) the pools'
 	// usage averages are kept at.
@@ -71,8 +75,12 @@ type pool struct {
 
 // poolUser is one tenant's use of a pool. Guarded by Pools.mu.
 type poolUser struct {
-	use    fairshare.Occupancy
-	weight float64
+	present  int                 // its requests holding seats or queued
+	held     fairshare.Occupancy // its requests holding seats
+	arrivals fairshare.Rate      // its requests arriving, per second
+	ended    fairshare.Rate      // its requests ending with a seat, per second
+	holding  fairshare.Rate      // their seat-seconds, per second
+	weight   float64
 }
 
 // waiter is a request queued for a seat. Its fields are guarded by Pools.mu.
@@ -270,6 +278,9 @@ type Request struct {
 	// queue serves other flows meanwhile. Requests waiting in a queue do
 	// not count. Zero means no cap.
 	Cap int
+	// Arrived reports that the request's arrival was already counted in
+	// its tenant's use by [Pools.Arrive].
+	Arrived bool
 }
 
 func (r *Request) flow() string {
@@ -305,10 +316,15 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 	}
 	now := time.Now()
 	ps.mu.Lock()
+	if !r.Arrived {
+		// Counted whatever becomes of it: a request the full queue
+		// refuses was asked for all the same.
+		ps.userLocked(p, &r).arrivals.Add(ps.nanos(now), usageTau, 1)
+	}
 	if p.queue.Len() == 0 && ps.underCapLocked(&r) {
-		if lender := ps.lenderLocked(p); lender != nil {
-			ps.useLocked(p, &r, now, +1)
-			ps.takeLocked(p, lender, r.Tenant)
+		if lender := ps.lenderForLocked(p, r.Tenant, now); lender != nil {
+			ps.useLocked(p, &r, +1)
+			ps.takeLocked(p, lender, r.Tenant, now)
 			s := ps.seatLocked(p, lender, r.Tenant, now, 0)
 			ps.mu.Unlock()
 			return s, nil
@@ -325,7 +341,7 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 	w := &waiter{ready: make(chan struct{}, 1), req: r, enqueued: now}
 	w.handle = p.queue.Push(ps.flowKey(r.flow()), r.Cost, w)
 	ps.queued++
-	ps.useLocked(p, &r, now, +1)
+	ps.useLocked(p, &r, +1)
 	// Seats may be free while every queued request waits for its
 	// tenant's cap: this one may take one at once.
 	ps.dispatchLocked()
@@ -345,11 +361,23 @@ func (ps *Pools) Executing(tenant string) int {
 	return ps.executing[tenant]
 }
 
-// lenderLocked returns the pool whose seat a request of p may take now: p
-// itself if it has a free seat, else the idle pool with the most seats to
-// lend if p may borrow, else nil.
+// lenderLocked returns the pool whose seat a queued request of p may take
+// now: p itself if it has a free seat, else the idle pool with the most
+// seats to lend if p may borrow, else nil.
 func (ps *Pools) lenderLocked(p *pool) *pool {
-	if p.used < p.nominal {
+	return ps.lenderAboveLocked(p, time.Time{}, false)
+}
+
+// lenderForLocked is lenderLocked for a request of tenant arriving now: a
+// tenant above its fair share of p takes only seats beyond the lender's
+// headroom (see reserveLocked).
+func (ps *Pools) lenderForLocked(p *pool, tenant string, now time.Time) *pool {
+	ps.shareLevelLocked(p, ps.nanos(now))
+	return ps.lenderAboveLocked(p, now, !ps.withinLocked(p, tenant, now))
+}
+
+func (ps *Pools) lenderAboveLocked(p *pool, now time.Time, above bool) *pool {
+	if p.used < p.nominal && (!above || ps.spareLocked(p, now)) {
 		return p
 	}
 	if p.borrowed >= p.borrowLimit {
@@ -358,7 +386,7 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 	var best *pool
 	bestFree := 0
 	for _, l := range ps.order {
-		if l == p || l.queue.Len() > 0 {
+		if l == p || l.queue.Len() > 0 || above && !ps.spareLocked(l, now) {
 			continue
 		}
 		if free := min(l.nominal-l.used, l.lendable-l.lent); free > bestFree {
@@ -369,7 +397,8 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 }
 
 // takeLocked counts a seat of lender held by a request of p and tenant.
-func (ps *Pools) takeLocked(p, lender *pool, tenant string) {
+func (ps *Pools) takeLocked(p, lender *pool, tenant string, now time.Time) {
+	ps.heldLocked(p, tenant, now, +1, 0)
 	ps.executing[tenant]++
 	p.inFlight++
 	lender.used++
@@ -430,7 +459,7 @@ func (s Seat) Release() {
 	if len(ps.free) < maxFreeTokens {
 		ps.free = append(ps.free, s.tok)
 	}
-	ps.useOfLocked(s.pool, s.tenant, now, -1)
+	ps.heldLocked(s.pool, s.tenant, now, -1, now.Sub(s.tok.acquired))
 	ps.releaseLocked(s.pool, s.lender, s.tenant)
 }
 

@@ -2,6 +2,7 @@ package bulkhead
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -16,7 +17,6 @@ func (ps *Pools) Drain() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.draining = true
-	now := time.Now()
 	for _, p := range ps.order {
 		for {
 			w, ok := p.queue.Pop()
@@ -24,7 +24,7 @@ func (ps *Pools) Drain() {
 				break
 			}
 			ps.queued--
-			ps.useLocked(p, &w.req, now, -1)
+			ps.useLocked(p, &w.req, -1)
 			w.drained = true
 			w.ready <- struct{}{}
 		}
@@ -61,7 +61,7 @@ func (ps *Pools) makeRoomLocked(p *pool, r *Request, now time.Time) bool {
 	}
 	victim, _ := p.queue.popNewest(longest)
 	ps.queued--
-	ps.useLocked(p, &victim.req, time.Now(), -1)
+	ps.useLocked(p, &victim.req, -1)
 	victim.evicted = true
 	victim.ready <- struct{}{}
 	return true
@@ -90,7 +90,7 @@ func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
 		if cerr := ctx.Err(); cerr != nil {
 			// Granted as the caller gave up: never served, the seat
 			// goes to the next in line.
-			ps.useLocked(p, &w.req, time.Now(), -1)
+			ps.heldLocked(p, w.req.Tenant, time.Now(), -1, 0)
 			ps.releaseLocked(p, w.lender, w.req.Tenant)
 			return Seat{}, cerr
 		}
@@ -98,7 +98,7 @@ func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
 	}
 	p.queue.Remove(w.handle)
 	ps.queued--
-	ps.useLocked(p, &w.req, time.Now(), -1)
+	ps.useLocked(p, &w.req, -1)
 	if err == nil {
 		err = ctx.Err()
 	}
@@ -134,24 +134,54 @@ func (ps *Pools) dispatchLocked() {
 }
 
 // grantLocked hands a seat of lender to the next request in p's queue
-// whose tenant is under its cap, and reports whether there was one. A
-// request of a tenant within its fair share of the pool goes first (in
-// the fair queue's order among those): the queue's wait falls on the
-// tenants above their shares, whose traffic builds it.
+// whose tenant is under its cap, and reports whether there was one. The
+// tenants within their fair shares of the pool go first, the one using
+// least for its weight before the others (then the fair queue's order
+// among those): the queue's wait falls on the tenants above their shares,
+// whose traffic builds it, and a light tenant's short requests are not
+// kept in turn behind heavier tenants that happen to be within their
+// shares too. A request of a tenant above its share takes no seat of the
+// lender's headroom.
 func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
 	ps.shareLevelLocked(p, ps.nanos(now))
-	w, ok := p.queue.PopFunc(func(w *waiter) bool { return ps.readyLocked(w) && ps.withinLocked(p, w.req.Tenant, now) })
-	if !ok {
+	var w *waiter
+	ok := false
+	if ps.fifo {
+		w, ok = p.queue.PopFunc(ps.readyLocked)
+	} else if least := ps.leastLocked(p, now); least != "" {
+		w, ok = p.queue.PopFunc(func(w *waiter) bool { return w.req.Tenant == least && ps.readyLocked(w) })
+	}
+	if !ok && !ps.fifo {
+		w, ok = p.queue.PopFunc(func(w *waiter) bool { return ps.readyLocked(w) && ps.withinLocked(p, w.req.Tenant, now) })
+	}
+	if !ok && !ps.fifo && ps.spareLocked(lender, now) {
 		w, ok = p.queue.PopFunc(ps.readyLocked)
 	}
 	if !ok {
 		return false
 	}
 	ps.queued--
-	ps.takeLocked(p, lender, w.req.Tenant)
+	ps.takeLocked(p, lender, w.req.Tenant, now)
 	w.granted, w.lender = now, lender
 	w.ready <- struct{}{}
 	return true
+}
+
+// leastLocked returns the tenant with requests queued in p, within its
+// fair share, whose use for its weight is least; "" if none. ps.mu must
+// be held.
+func (ps *Pools) leastLocked(p *pool, now time.Time) string {
+	t := ps.nanos(now)
+	least, min := "", math.Inf(1)
+	for id, u := range p.users {
+		if u.present <= u.held.Level() {
+			continue
+		}
+		if use := useOf(u, t); use <= p.level*u.weight && use/u.weight < min {
+			least, min = id, use/u.weight
+		}
+	}
+	return least
 }
 
 // readyLocked reports whether a queued request may take a seat now.

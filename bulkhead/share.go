@@ -7,10 +7,10 @@ import (
 	"github.com/fairgate/fairgate/internal/fairshare"
 )
 
-// UsageWindow is the time constant of a tenant's use of a pool: the
-// average number of its requests holding the pool's seats or queued for
-// them over about the last second. A tenant that holds a seat now and then
-// uses a fraction of one; a flood holds several all the time.
+// UsageWindow is the time constant of a tenant's use of a pool: the seats
+// its requests ask for, averaged over about the last second. A tenant that
+// holds a seat now and then uses a fraction of one; a flood asks for
+// several all the time.
 const UsageWindow = time.Second
 
 // usageTau is UsageWindow in seconds.
@@ -19,10 +19,13 @@ var usageTau = UsageWindow.Seconds()
 // ShareState is one tenant's use of a pool against its fair share of the
 // pool's seats.
 type ShareState struct {
-	// Use is the tenant's requests holding the pool's seats or queued for
-	// them: their average over about UsageWindow, or the count now if
-	// higher (a flood is above its share from its first queued requests,
-	// not a window later).
+	// Use is the seats the tenant's requests ask for: the rate at which
+	// they arrive at the pool (refused ones too) times how long they hold
+	// a seat, or the seats they held, if more — each averaged over about
+	// UsageWindow; until one of its requests has ended, just the seats
+	// they held. Time spent waiting in the queue does not count: a light
+	// tenant that other tenants' requests keep waiting is not made heavy
+	// by the wait.
 	Use float64
 	// Share is the tenant's weighted max-min fair share of the pool's
 	// seats among the tenants using it; +Inf when their uses add up to no
@@ -54,6 +57,32 @@ func (ps *Pools) Share(pool, tenant string) ShareState {
 	return st
 }
 
+// Arrive counts a request of r's tenant arriving for the named pool in the
+// tenant's use, and reports its use against its fair share as Share does.
+// A layer that may refuse requests before they reach the pool (shedding)
+// calls it first, so that what it refuses still counts as asked for: a
+// tenant whose flood is shed does not look light for it. Acquire the
+// request, if at all, with Arrived set, or it is counted twice.
+func (ps *Pools) Arrive(pool string, r Request) ShareState {
+	p := ps.byName[pool]
+	if p == nil {
+		return ShareState{Share: math.Inf(1), Within: true}
+	}
+	if r.Weight <= 0 {
+		r.Weight = 1
+	}
+	now := time.Now()
+	t := ps.nanos(now)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	u := ps.userLocked(p, &r)
+	u.arrivals.Add(t, usageTau, 1)
+	ps.shareLevelLocked(p, t)
+	st := ShareState{Use: useOf(u, t), Share: p.level * u.weight}
+	st.Within = st.Use <= st.Share
+	return st
+}
+
 // shareLevelLocked recomputes p's fair level at now if it is due. ps.mu
 // must be held.
 func (ps *Pools) shareLevelLocked(p *pool, now int64) {
@@ -69,46 +98,107 @@ func (ps *Pools) withinLocked(p *pool, tenant string, now time.Time) bool {
 	return u == nil || useOf(u, ps.nanos(now)) <= p.level*u.weight
 }
 
-// recomputeLocked sets p's fair level from its users' use at now, and
-// forgets the users with nothing held or queued and a use decayed to
-// nothing. ps.mu must be held.
+// reserveLocked is p's headroom at now: how many of its free seats a
+// request of a tenant above its fair share of p may not take. It is the
+// seats p's within-share tenants used on average over about UsageWindow,
+// rounded up, less those they hold or wait for now, and never all of p's
+// seats. A pool that above-share tenants fill to the last seat makes the
+// next request of a within-share tenant wait for one of theirs to end —
+// a 300 ms export in front of a 5 ms read; with the headroom its requests
+// find a seat free (or their own next to end), and nobody is kept out
+// while no tenant is within its share and using the pool. ps.mu must be
+// held.
+func (ps *Pools) reserveLocked(p *pool, now time.Time) int {
+	t := ps.nanos(now)
+	ps.shareLevelLocked(p, t)
+	if ps.noReserve || math.IsInf(p.level, 1) {
+		return 0
+	}
+	var avg float64
+	held := 0
+	for _, u := range p.users {
+		if use := useOf(u, t); use <= p.level*u.weight {
+			avg += use
+			held += u.held.Level()
+		}
+	}
+	return min(max(int(math.Ceil(avg-1e-9))-held, 0), p.nominal-1)
+}
+
+// spareLocked reports whether p has a free seat beyond its headroom, one a
+// request of a tenant above its fair share may take at now. ps.mu must be
+// held.
+func (ps *Pools) spareLocked(p *pool, now time.Time) bool {
+	return p.nominal-p.used > ps.reserveLocked(p, now)
+}
+
+// recomputeLocked sets p's fair level at now, and forgets the users with
+// nothing held or queued and a use decayed to nothing. The level divides
+// the seats among what each tenant asks for now: its use and, on top, its
+// requests waiting in the queue — so that a queue makes the level finite
+// at once, before the averages have caught up with a flood. A tenant is
+// then judged on its use alone, which never counts waiting. ps.mu must be
+// held.
 func (ps *Pools) recomputeLocked(p *pool, now int64) {
 	ds := p.scratch[:0]
 	for id, u := range p.users {
 		use := useOf(u, now)
-		if u.use.Level() == 0 && use < 1e-3 {
+		if u.present == 0 && use < 1e-3 {
 			delete(p.users, id)
 			continue
 		}
-		ds = append(ds, fairshare.Demand{Use: use, Weight: u.weight})
+		ds = append(ds, fairshare.Demand{Use: use + float64(u.present-u.held.Level()), Weight: u.weight})
 	}
 	p.level = fairshare.Level(float64(p.nominal+p.borrowed), ds)
 	p.levelAt = now
 	p.scratch = ds[:0]
 }
 
-// useOf is u's use at now: its average over about UsageWindow.
+// useOf is u's use of p at now (see ShareState.Use).
 func useOf(u *poolUser, now int64) float64 {
-	return u.use.At(now, usageTau)
+	held := u.held.At(now, usageTau)
+	n := u.ended.At(now, usageTau)
+	if n < 1e-3 {
+		return held
+	}
+	return max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, held)
 }
 
-// useLocked changes the count of r's tenant's requests held or queued in
-// p by delta at now. ps.mu must be held.
-func (ps *Pools) useLocked(p *pool, r *Request, now time.Time, delta int) {
+// useLocked counts r's tenant's request entering p, to hold a seat or wait
+// for one (delta +1), or leaving it without having held a seat (-1).
+// ps.mu must be held.
+func (ps *Pools) useLocked(p *pool, r *Request, delta int) {
+	ps.userLocked(p, r).present += delta
+}
+
+// userLocked returns r's tenant's entry in p, made if need be. ps.mu must
+// be held.
+func (ps *Pools) userLocked(p *pool, r *Request) *poolUser {
 	u := p.users[r.Tenant]
 	if u == nil {
 		u = &poolUser{}
 		p.users[r.Tenant] = u
 	}
 	u.weight = r.Weight
-	u.use.Set(ps.nanos(now), usageTau, u.use.Level()+delta)
+	return u
 }
 
-// useOfLocked is useLocked for a tenant whose entry exists (it holds a
-// seat). ps.mu must be held.
-func (ps *Pools) useOfLocked(p *pool, tenant string, now time.Time, delta int) {
-	if u := p.users[tenant]; u != nil {
-		u.use.Set(ps.nanos(now), usageTau, u.use.Level()+delta)
+// heldLocked counts a seat of p taken (delta +1) or given back (-1) by a
+// request of tenant at now; a seat given back after hold also teaches the
+// tenant's mean hold. ps.mu must be held.
+func (ps *Pools) heldLocked(p *pool, tenant string, now time.Time, delta int, hold time.Duration) {
+	u := p.users[tenant]
+	if u == nil {
+		return
+	}
+	u.held.Set(ps.nanos(now), usageTau, u.held.Level()+delta)
+	if delta < 0 {
+		u.present--
+		if hold > 0 { // not a seat granted as its caller gave up
+			t := ps.nanos(now)
+			u.ended.Add(t, usageTau, 1)
+			u.holding.Add(t, usageTau, hold.Seconds())
+		}
 	}
 }
 

@@ -76,43 +76,70 @@ func TestNoCapTakesEverySeat(t *testing.T) {
 	})
 }
 
+// drive sends a request of tenant (in flow, "" for the tenant's own) to
+// pool p every interval until ctx is done; each granted request holds its
+// seat for hold. Refusals are what the test looks at through Share, so
+// they are dropped here.
+func drive(ctx context.Context, ps *Pools, tenant, flow string, every, hold time.Duration) {
+	go func() {
+		for {
+			go func() {
+				s, err := ps.Acquire(ctx, "p", Request{Tenant: tenant, Flow: flow, Cost: 1})
+				if err == nil {
+					sleepCtx(ctx, hold)
+					s.Release()
+				}
+			}()
+			if !sleepCtx(ctx, every) {
+				return
+			}
+		}
+	}()
+}
+
+// sleepCtx sleeps for d or until ctx is done, and reports whether it slept
+// all of d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // A tenant alone may use every seat and stays within its share; once it
-// also keeps requests queued it is above it; a tenant that sends a request
-// now and then beside it is within its share.
+// asks for more seats than there are (requests arriving faster than its
+// seats free) it is above it; a tenant that sends a request now and then
+// beside it is within its share, however long other tenants keep its
+// requests waiting.
 func TestShare(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 16, MaxWait: time.Minute})
-		var held []Seat
-		for range 4 {
-			held = append(held, mustAcquire(t, ps, "p", "loud"))
-		}
+		ctx, stop := context.WithCancel(t.Context())
+		drive(ctx, ps, "loud", "", 40*time.Millisecond, 100*time.Millisecond) // 2.5 seats of 4
 		time.Sleep(3 * UsageWindow)
 		if st := ps.Share("p", "loud"); !st.Within {
-			t.Errorf("a tenant alone on every seat: %+v; want within share (it may use everything)", st)
+			t.Errorf("a tenant alone asking for 2.5 of 4 seats: %+v; want within share", st)
 		}
-		var queued []<-chan result
-		for range 6 {
-			queued = append(queued, acquireReq(t.Context(), ps, "p", Request{Tenant: "loud", Cost: 1}))
-		}
+		stop()
+		synctest.Wait()
+
+		ctx, stop = context.WithCancel(t.Context())
+		defer func() { stop(); synctest.Wait() }()
+		drive(ctx, ps, "loud", "", 10*time.Millisecond, 100*time.Millisecond) // 10 seats of 4
 		time.Sleep(3 * UsageWindow)
 		if st := ps.Share("p", "loud"); st.Within {
-			t.Errorf("a tenant alone with 6 queued beyond 4 seats: %+v; want above its share", st)
+			t.Errorf("a tenant alone asking for 10 of 4 seats: %+v; want above its share", st)
 		}
-		quiet := acquireReq(t.Context(), ps, "p", Request{Tenant: "quiet", Cost: 1})
-		time.Sleep(UsageWindow / 10)
+		drive(ctx, ps, "quiet", "", 200*time.Millisecond, 20*time.Millisecond)
+		time.Sleep(3 * UsageWindow)
 		loud, q := ps.Share("p", "loud"), ps.Share("p", "quiet")
 		if loud.Within || !q.Within {
 			t.Errorf("loud %+v, quiet %+v; want loud above its share and quiet within", loud, q)
 		}
-		for _, s := range held {
-			s.Release()
-		}
-		synctest.Wait()
-		for _, ch := range append(queued, quiet) {
-			(<-ch).seat.Release()
-			synctest.Wait()
-		}
-		checkDrained(t, ps)
 	})
 }
 
@@ -123,36 +150,33 @@ func TestShare(t *testing.T) {
 func TestFullQueueMakesRoomForATenantWithinItsShare(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ps := onePool(t, 1, PoolConfig{Share: 1, QueueLength: 2, MaxWait: time.Minute})
-		held := mustAcquire(t, ps, "p", "heavy")
-		a := acquireReq(t.Context(), ps, "p", Request{Tenant: "heavy", Flow: "heavy/a", Cost: 1})
-		b := acquireReq(t.Context(), ps, "p", Request{Tenant: "heavy", Flow: "heavy/b", Cost: 1})
-		time.Sleep(3 * UsageWindow) // heavy: 3 held or queued against 1 seat
-
+		ctx, stop := context.WithCancel(t.Context())
+		defer func() { stop(); synctest.Wait() }()
+		// heavy asks for 5 seats of 1, in two flows of one request
+		// each at a time: its queue is full and no flow is longer
+		// than one.
+		drive(ctx, ps, "heavy", "heavy/a", 400*time.Millisecond, 2*time.Second)
+		drive(ctx, ps, "heavy", "heavy/b", 400*time.Millisecond, 2*time.Second)
+		time.Sleep(3 * UsageWindow)
+		if st := stats(t, ps, "p"); st.Queued != 2 {
+			t.Fatalf("queued %d, want the queue full (2)", st.Queued)
+		}
 		if _, err := ps.Acquire(t.Context(), "p", Request{Tenant: "heavy", Flow: "heavy/c", Cost: 1}); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("heavy's third flow at a full queue: %v, want ErrQueueFull", err)
 		}
 		light := acquireReq(t.Context(), ps, "p", Request{Tenant: "light", Cost: 1})
-		pushed := 0
-		for _, ch := range []<-chan result{a, b} {
-			select {
-			case r := <-ch:
-				if !errors.Is(r.err, ErrQueueFull) {
-					t.Fatalf("heavy's queued request ended with %v", r.err)
-				}
-				pushed++
-			default:
-			}
+		select {
+		case r := <-light:
+			t.Fatalf("light at a full queue: %+v, want it queued in place of one of heavy's", r)
+		default:
 		}
-		if pushed != 1 {
-			t.Fatalf("%d of heavy's queued requests pushed out for light's, want 1", pushed)
+		if st := stats(t, ps, "p"); st.Queued != 2 {
+			t.Fatalf("queued %d after light came, want 2 (one of heavy's pushed out)", st.Queued)
 		}
-		held.Release()
-		synctest.Wait()
-		r := <-light
+		r := <-light // granted the next seat, before heavy's older one
 		if r.err != nil {
 			t.Fatalf("light: %v", r.err)
 		}
 		r.seat.Release()
-		synctest.Wait()
 	})
 }
