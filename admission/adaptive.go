@@ -13,12 +13,15 @@ import (
 // that won a seat fairly is never turned away here: without a permit it
 // just teaches the limit nothing. Without pools the limiter itself is the
 // gate, and false means the limit is reached.
-func (g *Gate) admitAdaptive(ctx context.Context) (shed.Permit, bool) {
+//
+// The route is the call's latency class: the limit judges each call
+// against its route's typical latency (shed.Limiter.TryAcquireClass).
+func (g *Gate) admitAdaptive(ctx context.Context, class int) (shed.Permit, bool) {
 	if g.limiter == nil {
 		return shed.Permit{}, true
 	}
 	sp := g.layerSpan(ctx, SpanAdaptive)
-	p, ok := g.limiter.TryAcquire()
+	p, ok := g.limiter.TryAcquireClass(class)
 	if sp.on() {
 		sp.s.SetAttributes(attrLimitCurrent.Int(g.limiter.Limit()), attrLimitInFlight.Int(g.limiter.Inflight()))
 	}

@@ -221,7 +221,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 		if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
 			return d, err
 		}
-		d.lease.g = g
+		d.lease.g, d.lease.class = g, d.Route.class
 		d.Allowed = true
 		return d, nil
 	}
@@ -231,7 +231,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	if err := g.rate(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err
 	}
-	d.lease.g = g
+	d.lease.g, d.lease.class = g, d.Route.class
 	if g.admitConcurrency(ctx, &d); d.Status != 0 {
 		return d, nil
 	}

@@ -33,6 +33,7 @@ type Lease struct {
 	seat   bulkhead.Seat
 	shed   *poolShed
 	permit shed.Permit
+	class  int // the route's latency class, for the adaptive limit
 	// started: StartUpstream ran (a permit is held, or there is no adaptive
 	// layer to hold one of). answered: Answered ran (the permit is
 	// released and the completion counted).
@@ -57,7 +58,7 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 		return true
 	}
 	l.started = true
-	p, ok := l.g.admitAdaptive(ctx)
+	p, ok := l.g.admitAdaptive(ctx, l.class)
 	if !ok {
 		l.Release()
 		return false

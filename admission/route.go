@@ -75,8 +75,11 @@ type Route struct {
 	Pool        string
 	// Anonymous routes (auth: none) identify no tenant.
 	Anonymous bool
-	segs      []string // template segments; anySegment matches any one
-	rest      bool     // a final "*" matches the remainder
+	// class is the route's latency class for the adaptive limit: its
+	// index in the config from 1; 0 for unmatched requests.
+	class int
+	segs  []string // template segments; anySegment matches any one
+	rest  bool     // a final "*" matches the remainder
 }
 
 // unmatchedName is the route of requests that match no configured route:
@@ -104,7 +107,7 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 	if !(cost >= 1) || cost > 1e9 {
 		return nil, fmt.Errorf("%s.cost: must be >= 1 (tokens)", f)
 	}
-	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost,
+	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost, class: i + 1,
 		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone}
 	if rc.Auth > AuthNone {
 		return nil, fmt.Errorf("%s.auth: unknown value %d (key or none)", f, rc.Auth)

@@ -183,14 +183,23 @@ func (q *FairQueue[T]) newest(flow string) (T, bool) {
 	return q.nodes[q.flows[fi].tail].item, true
 }
 
+// popOldest removes and returns the first item of flow, outside the round
+// robin (its credit unchanged).
+func (q *FairQueue[T]) popOldest(flow string) (T, bool) { return q.popEnd(flow, false) }
+
 // popNewest removes and returns the last item pushed to flow.
-func (q *FairQueue[T]) popNewest(flow string) (T, bool) {
+func (q *FairQueue[T]) popNewest(flow string) (T, bool) { return q.popEnd(flow, true) }
+
+func (q *FairQueue[T]) popEnd(flow string, newest bool) (T, bool) {
 	fi, ok := q.byKey[flow]
 	if !ok {
 		var zero T
 		return zero, false
 	}
-	ni := q.flows[fi].tail
+	ni := q.flows[fi].head
+	if newest {
+		ni = q.flows[fi].tail
+	}
 	item := q.nodes[ni].item
 	q.unlink(ni)
 	return item, true

@@ -42,6 +42,7 @@ type Pools struct {
 	queued   int          // requests queued in all pools
 	rotor    int          // the pool that borrows first in the next dispatch
 	free     []*seatToken // tokens of released seats, for reuse
+	grants   uint64       // queued requests granted so far: round robin among equals
 	// executing counts each tenant's requests holding a seat, in all
 	// pools: what a tenant's concurrency cap (Request.Cap) limits.
 	executing map[string]int
@@ -71,10 +72,22 @@ type pool struct {
 	level   float64
 	levelAt int64
 	scratch []fairshare.Demand
+	waiting []*poolUser // scratch of grantLocked
 }
 
 // poolUser is one tenant's use of a pool. Guarded by Pools.mu.
 type poolUser struct {
+	id string // the tenant
+	// Scratch of grantLocked: whether it has requests queued, the
+	// highest priority among its flows' next requests, its use for its
+	// weight.
+	queued   bool
+	top      int
+	critical bool   // the request of priority top is critical
+	topFlow  string // the queue's flow whose next request it is
+	topReady bool   // that request may take a seat (its tenant under its cap)
+	granted  uint64 // Pools.grants when a request of it was last granted
+	ratio    float64
 	present  int                 // its requests holding seats or queued
 	held     fairshare.Occupancy // its requests holding seats
 	arrivals fairshare.Rate      // its requests arriving, per second
@@ -278,6 +291,16 @@ type Request struct {
 	// queue serves other flows meanwhile. Requests waiting in a queue do
 	// not count. Zero means no cap.
 	Cap int
+	// Priority orders a tenant's queued requests: of its flows, the one
+	// whose next request has the highest priority is served first (a
+	// tenant's critical reads before its own exports). Tenants are
+	// ordered by their use, not by priority.
+	Priority int
+	// Critical marks a request of the highest criticality: it may take a
+	// seat of the headroom that tenants above their fair shares leave
+	// for lighter ones (a critical read is short and must not fail
+	// because its tenant's exports are heavy).
+	Critical bool
 	// Arrived reports that the request's arrival was already counted in
 	// its tenant's use by [Pools.Arrive].
 	Arrived bool
@@ -322,7 +345,7 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 		ps.userLocked(p, &r).arrivals.Add(ps.nanos(now), usageTau, 1)
 	}
 	if p.queue.Len() == 0 && ps.underCapLocked(&r) {
-		if lender := ps.lenderForLocked(p, r.Tenant, now); lender != nil {
+		if lender := ps.lenderForLocked(p, &r, now); lender != nil {
 			ps.useLocked(p, &r, +1)
 			ps.takeLocked(p, lender, r.Tenant, now)
 			s := ps.seatLocked(p, lender, r.Tenant, now, 0)
@@ -363,21 +386,29 @@ func (ps *Pools) Executing(tenant string) int {
 
 // lenderLocked returns the pool whose seat a queued request of p may take
 // now: p itself if it has a free seat, else the idle pool with the most
-// seats to lend if p may borrow, else nil.
+// seats to lend if p may borrow, else nil. Whose request takes it is
+// grantLocked's to say.
 func (ps *Pools) lenderLocked(p *pool) *pool {
-	return ps.lenderAboveLocked(p, time.Time{}, false)
+	return ps.lenderWithLocked(p, -1, 0)
 }
 
-// lenderForLocked is lenderLocked for a request of tenant arriving now: a
-// tenant above its fair share of p takes only seats beyond the lender's
-// headroom (see reserveLocked).
-func (ps *Pools) lenderForLocked(p *pool, tenant string, now time.Time) *pool {
-	ps.shareLevelLocked(p, ps.nanos(now))
-	return ps.lenderAboveLocked(p, now, !ps.withinLocked(p, tenant, now))
+// lenderForLocked is lenderLocked for request r arriving at now: unless r
+// is critical, only seats beyond the lender's headroom for its tenant
+// (headroomLocked).
+func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
+	if r.Critical {
+		return ps.lenderLocked(p)
+	}
+	t := ps.nanos(now)
+	ps.shareLevelLocked(p, t)
+	return ps.lenderWithLocked(p, ps.ratioLocked(p, r.Tenant, t), t)
 }
 
-func (ps *Pools) lenderAboveLocked(p *pool, now time.Time, above bool) *pool {
-	if p.used < p.nominal && (!above || ps.spareLocked(p, now)) {
+// lenderWithLocked is lenderLocked with seats a tenant of ratio may take at
+// t; a negative ratio takes any.
+func (ps *Pools) lenderWithLocked(p *pool, ratio float64, t int64) *pool {
+	room := func(l *pool) bool { return ratio < 0 || ps.roomLocked(l, ratio, t) }
+	if p.used < p.nominal && room(p) {
 		return p
 	}
 	if p.borrowed >= p.borrowLimit {
@@ -386,7 +417,7 @@ func (ps *Pools) lenderAboveLocked(p *pool, now time.Time, above bool) *pool {
 	var best *pool
 	bestFree := 0
 	for _, l := range ps.order {
-		if l == p || l.queue.Len() > 0 || above && !ps.spareLocked(l, now) {
+		if l == p || l.queue.Len() > 0 || !room(l) {
 			continue
 		}
 		if free := min(l.nominal-l.used, l.lendable-l.lent); free > bestFree {

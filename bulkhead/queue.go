@@ -1,8 +1,9 @@
 package bulkhead
 
 import (
+	"cmp"
 	"context"
-	"math"
+	"slices"
 	"time"
 )
 
@@ -38,9 +39,13 @@ func (ps *Pools) flowKey(flow string) string {
 	return flow
 }
 
-// makeRoomLocked reports whether p's queue can take one more request of
-// flow, pushing out the newest request of the longest flow if that flow is
-// longer than flow would be.
+// makeRoomLocked reports whether p's queue can take one more request r,
+// pushing out another if it must: the newest request of the longest flow
+// if that flow is longer than r's would be; else, for a tenant within its
+// fair share, the newest of a longest flow whose tenant is above its own;
+// else the newest request of r's own tenant of a lower priority than r's
+// (a tenant's critical read does not find the queue full of its own
+// exports).
 func (ps *Pools) makeRoomLocked(p *pool, r *Request, now time.Time) bool {
 	if p.queue.Len() < p.cfg.QueueLength {
 		return true
@@ -49,22 +54,40 @@ func (ps *Pools) makeRoomLocked(p *pool, r *Request, now time.Time) bool {
 		return false
 	}
 	longest, n := p.queue.longest()
+	victimFlow := longest
 	if p.queue.flowLen(ps.flowKey(r.flow()))+1 >= n {
-		// Not shorter: only a tenant within its fair share may still
-		// push out the newest request of a longest flow whose tenant
-		// is above its own.
 		last, _ := p.queue.newest(longest)
 		ps.shareLevelLocked(p, ps.nanos(now))
 		if !ps.withinLocked(p, r.Tenant, now) || ps.withinLocked(p, last.req.Tenant, now) {
-			return false
+			if victimFlow = ps.lowerOwnLocked(p, r); victimFlow == "" {
+				return false
+			}
 		}
 	}
-	victim, _ := p.queue.popNewest(longest)
+	victim, _ := p.queue.popNewest(victimFlow)
 	ps.queued--
 	ps.useLocked(p, &victim.req, -1)
 	victim.evicted = true
 	victim.ready <- struct{}{}
 	return true
+}
+
+// lowerOwnLocked returns the flow of r's tenant whose newest request has
+// the lowest priority below r's, the longest of those; "" if none. ps.mu
+// must be held.
+func (ps *Pools) lowerOwnLocked(p *pool, r *Request) string {
+	best, prio, n := "", r.Priority, 0
+	for key, fi := range p.queue.byKey {
+		f := &p.queue.flows[fi]
+		w := p.queue.nodes[f.tail].item
+		if w.req.Tenant != r.Tenant {
+			continue
+		}
+		if w.req.Priority < prio || w.req.Priority == prio && best != "" && f.n > n {
+			best, prio, n = key, w.req.Priority, f.n
+		}
+	}
+	return best
 }
 
 // wait blocks a queued request until it is granted, pushed out, timed out or
@@ -135,27 +158,65 @@ func (ps *Pools) dispatchLocked() {
 
 // grantLocked hands a seat of lender to the next request in p's queue
 // whose tenant is under its cap, and reports whether there was one. The
-// tenants within their fair shares of the pool go first, the one using
-// least for its weight before the others (then the fair queue's order
-// among those): the queue's wait falls on the tenants above their shares,
-// whose traffic builds it, and a light tenant's short requests are not
-// kept in turn behind heavier tenants that happen to be within their
-// shares too. A request of a tenant above its share takes no seat of the
-// lender's headroom.
+// tenants within their fair shares of the pool go first, from the
+// lightest (least use of the pool for its weight): a light tenant's short
+// requests never wait in turn behind heavier tenants. The tenants above
+// their shares come after, those with the highest-priority request queued
+// first (no tenant's critical read waits behind another's export), then
+// the lightest. Each tenant's own requests go by priority, oldest first
+// (the fair queue's round robin orders the queue only under the fifo test
+// hook); and a tenant takes no seat of the lender's headroom for the
+// tenants lighter than it (headroomLocked), except for a critical request.
 func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
-	ps.shareLevelLocked(p, ps.nanos(now))
 	var w *waiter
 	ok := false
 	if ps.fifo {
 		w, ok = p.queue.PopFunc(ps.readyLocked)
-	} else if least := ps.leastLocked(p, now); least != "" {
-		w, ok = p.queue.PopFunc(func(w *waiter) bool { return w.req.Tenant == least && ps.readyLocked(w) })
-	}
-	if !ok && !ps.fifo {
-		w, ok = p.queue.PopFunc(func(w *waiter) bool { return ps.readyLocked(w) && ps.withinLocked(p, w.req.Tenant, now) })
-	}
-	if !ok && !ps.fifo && ps.spareLocked(lender, now) {
-		w, ok = p.queue.PopFunc(ps.readyLocked)
+	} else {
+		t := ps.nanos(now)
+		ps.shareLevelLocked(p, t)
+		waiting := p.waiting[:0]
+		for _, u := range p.users {
+			u.top, u.queued = 0, false
+		}
+		p.queue.PopFunc(func(w *waiter) bool { // looks at every flow's next request, pops none
+			u := p.users[w.req.Tenant]
+			if !u.queued || w.req.Priority > u.top {
+				u.top, u.critical, u.topFlow = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow())
+			}
+			if !u.queued {
+				u.queued, u.ratio = true, useOf(u, t)/u.weight
+				u.topReady = ps.readyLocked(w)
+				waiting = append(waiting, u)
+			}
+			return false
+		})
+		slices.SortFunc(waiting, func(a, b *poolUser) int {
+			aa, ba := a.ratio > p.level, b.ratio > p.level
+			switch {
+			case aa != ba && aa:
+				return 1
+			case aa != ba:
+				return -1
+			case aa && a.top != b.top:
+				return cmp.Compare(b.top, a.top)
+			case a.ratio != b.ratio:
+				return cmp.Compare(a.ratio, b.ratio)
+			}
+			return cmp.Compare(a.granted, b.granted) // equals: the one served longest ago
+		})
+		for _, u := range waiting {
+			if !u.topReady || !u.critical && !ps.roomLocked(lender, u.ratio, t) {
+				continue
+			}
+			if w, ok = p.queue.popOldest(u.topFlow); ok {
+				ps.grants++
+				u.granted = ps.grants
+				break
+			}
+		}
+		clear(waiting)
+		p.waiting = waiting[:0]
 	}
 	if !ok {
 		return false
@@ -165,23 +226,6 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
 	w.granted, w.lender = now, lender
 	w.ready <- struct{}{}
 	return true
-}
-
-// leastLocked returns the tenant with requests queued in p, within its
-// fair share, whose use for its weight is least; "" if none. ps.mu must
-// be held.
-func (ps *Pools) leastLocked(p *pool, now time.Time) string {
-	t := ps.nanos(now)
-	least, min := "", math.Inf(1)
-	for id, u := range p.users {
-		if u.present <= u.held.Level() {
-			continue
-		}
-		if use := useOf(u, t); use <= p.level*u.weight && use/u.weight < min {
-			least, min = id, use/u.weight
-		}
-	}
-	return least
 }
 
 // readyLocked reports whether a queued request may take a seat now.

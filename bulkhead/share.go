@@ -22,10 +22,12 @@ type ShareState struct {
 	// Use is the seats the tenant's requests ask for: the rate at which
 	// they arrive at the pool (refused ones too) times how long they hold
 	// a seat, or the seats they held, if more — each averaged over about
-	// UsageWindow; until one of its requests has ended, just the seats
-	// they held. Time spent waiting in the queue does not count: a light
-	// tenant that other tenants' requests keep waiting is not made heavy
-	// by the wait.
+	// UsageWindow; until one of its requests has ended, its requests
+	// holding or waiting for seats now (a flood of long requests is heavy
+	// from its first requests, not when the first of them ends). Once its
+	// requests end, time spent waiting in the queue does not count: a
+	// light tenant that other tenants' requests keep waiting is not made
+	// heavy by the wait.
 	Use float64
 	// Share is the tenant's weighted max-min fair share of the pool's
 	// seats among the tenants using it; +Inf when their uses add up to no
@@ -98,38 +100,48 @@ func (ps *Pools) withinLocked(p *pool, tenant string, now time.Time) bool {
 	return u == nil || useOf(u, ps.nanos(now)) <= p.level*u.weight
 }
 
-// reserveLocked is p's headroom at now: how many of its free seats a
-// request of a tenant above its fair share of p may not take. It is the
-// seats p's within-share tenants used on average over about UsageWindow,
-// rounded up, less those they hold or wait for now, and never all of p's
-// seats. A pool that above-share tenants fill to the last seat makes the
-// next request of a within-share tenant wait for one of theirs to end —
-// a 300 ms export in front of a 5 ms read; with the headroom its requests
-// find a seat free (or their own next to end), and nobody is kept out
-// while no tenant is within its share and using the pool. ps.mu must be
-// held.
-func (ps *Pools) reserveLocked(p *pool, now time.Time) int {
-	t := ps.nanos(now)
+// ratioLocked is tenant's use of p for its weight at t: what orders the
+// tenants from lightest to heaviest. A tenant p has not seen is the
+// lightest of all. ps.mu must be held.
+func (ps *Pools) ratioLocked(p *pool, tenant string, t int64) float64 {
+	if u := p.users[tenant]; u != nil {
+		return useOf(u, t) / u.weight
+	}
+	return 0
+}
+
+// headroomLocked is how many of p's free seats a request of a tenant whose
+// use for its weight is ratio, above p's fair level, may not take at t:
+// the seats the tenants lighter than it would need at once nearly all the time — for a use of U
+// seats, U + 2√U rounded up, as for requests arriving at random (one seat
+// for a use of 0.05, three for 0.65) — less those they hold now, and
+// never all of p's seats. Without it, heavier tenants fill a pool to the
+// last seat and the next request of a lighter one waits for one of theirs
+// to end — a 300 ms export in front of a 5 ms read; with it, the lighter
+// tenant's requests find a seat free. A tenant within its fair share
+// takes any free seat: tenants above theirs keep headroom for the others.
+// ps.mu must be held.
+func (ps *Pools) headroomLocked(p *pool, ratio float64, t int64) int {
 	ps.shareLevelLocked(p, t)
 	if ps.noReserve || math.IsInf(p.level, 1) {
 		return 0
 	}
-	var avg float64
+	var use float64
 	held := 0
 	for _, u := range p.users {
-		if use := useOf(u, t); use <= p.level*u.weight {
-			avg += use
+		if x := useOf(u, t); x/u.weight < ratio {
+			use += x
 			held += u.held.Level()
 		}
 	}
-	return min(max(int(math.Ceil(avg-1e-9))-held, 0), p.nominal-1)
+	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
+	return min(max(need-held, 0), p.nominal-1)
 }
 
-// spareLocked reports whether p has a free seat beyond its headroom, one a
-// request of a tenant above its fair share may take at now. ps.mu must be
-// held.
-func (ps *Pools) spareLocked(p *pool, now time.Time) bool {
-	return p.nominal-p.used > ps.reserveLocked(p, now)
+// roomLocked reports whether lender has a free seat that a request of a
+// tenant whose use for its weight is ratio may take at t.
+func (ps *Pools) roomLocked(lender *pool, ratio float64, t int64) bool {
+	return lender.nominal-lender.used > ps.headroomLocked(lender, ratio, t)
 }
 
 // recomputeLocked sets p's fair level at now, and forgets the users with
@@ -159,7 +171,7 @@ func useOf(u *poolUser, now int64) float64 {
 	held := u.held.At(now, usageTau)
 	n := u.ended.At(now, usageTau)
 	if n < 1e-3 {
-		return held
+		return max(held, float64(u.present))
 	}
 	return max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, held)
 }
@@ -176,7 +188,7 @@ func (ps *Pools) useLocked(p *pool, r *Request, delta int) {
 func (ps *Pools) userLocked(p *pool, r *Request) *poolUser {
 	u := p.users[r.Tenant]
 	if u == nil {
-		u = &poolUser{}
+		u = &poolUser{id: r.Tenant}
 		p.users[r.Tenant] = u
 	}
 	u.weight = r.Weight

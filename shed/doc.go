@@ -14,8 +14,19 @@
 // # Adaptive limit
 //
 // [Limiter] wraps failsafe-go's adaptivelimiter (the gradient of recent over
-// baseline latency, bounded by min and max) and adds two guards the gradient
-// lacks:
+// baseline latency, bounded by min and max) and adds three guards the
+// gradient lacks:
+//
+//   - The upstream's queue seen per route. Behind an API whose routes take
+//     5 ms and 300 ms, a gradient's latency quantile follows the mix of
+//     routes, its baseline follows the quantile, and a limit above what the
+//     upstream serves at once goes unnoticed while its queue holds reads
+//     behind exports. Each call has a class ([Limiter.TryAcquireClass]: the
+//     gateway passes the route) and is compared with its class's typical
+//     latency; once per 32 calls, if the geometric mean of those ratios is
+//     above 1.2 the calls are waiting and the ceiling is cut by 10%, below
+//     1.05 (and the limit in use) it rises by about one per ceiling's worth
+//     of calls. A limit nobody uses does not climb.
 //
 //   - A configured maximum healthy latency. A call that takes longer than
 //     [AdaptiveConfig.MaxLatency] is never learnt (the gradient's baseline
@@ -27,8 +38,9 @@
 //     the limit creep up on the few fast calls that still complete.
 //
 // Healthy calls raise the ceiling again additively (about +1 per limit's
-// worth of healthy calls), so it recovers within a few round trips once the
-// upstream is fast again, and the gradient then governs.
+// worth of healthy calls while the limit is in use), so it recovers within
+// a few round trips once the upstream is fast again. The ceiling starts at
+// the initial limit.
 //
 // failsafe-go's limiter reads the wall clock (time.Now) and offers no way to
 // inject another; the Limiter reads the same clock, so that both agree, and

@@ -32,8 +32,13 @@ type Limiter struct {
 	ceilingInt atomic.Int64 // int(ceiling), read on the acquire path
 
 	mu      sync.Mutex
-	ceiling float64   // cap set by slow calls; guarded by mu
-	lastCut time.Time // when the ceiling was last cut; guarded by mu
+	ceiling float64    // cap set by slow calls and queueing; guarded by mu
+	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
+	sense   queueSense // guarded by mu
+	// noSense, a test hook set before first use, ignores what the calls'
+	// latencies say of the upstream's queue: the gradient and the slow
+	// calls alone govern, the negative control of the queueing tests.
+	noSense bool
 
 	notifyMu sync.Mutex
 	reported atomic.Int64 // the limit last given to onChange; written under notifyMu
@@ -62,7 +67,7 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 		maxLatency: cfg.MaxLatency,
 		min:        float64(cfg.Min),
 		max:        float64(cfg.Max),
-		ceiling:    float64(cfg.Max),
+		ceiling:    float64(cfg.Initial),
 	}
 	for _, opt := range opts {
 		opt(l)
@@ -76,15 +81,24 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 		}).
 		Build()
 	l.innerLimit.Store(int64(cfg.Initial))
-	l.ceilingInt.Store(int64(cfg.Max))
+	l.ceilingInt.Store(int64(cfg.Initial))
 	l.reported.Store(int64(cfg.Initial))
 	return l, nil
 }
 
-// TryAcquire returns a permit for one upstream call and true, or the zero
-// Permit and false at once if the limit is reached. It never blocks. The
-// caller must release an acquired permit with Record or Drop.
-func (l *Limiter) TryAcquire() (Permit, bool) {
+// TryAcquire is TryAcquireClass(0): for callers whose calls all cost
+// about the same.
+func (l *Limiter) TryAcquire() (Permit, bool) { return l.TryAcquireClass(0) }
+
+// TryAcquireClass returns a permit for one upstream call of class and true,
+// or the zero Permit and false at once if the limit is reached. It never
+// blocks. The caller must release an acquired permit with Record or Drop.
+//
+// A class is a kind of call whose latencies are alike — a route: each
+// call's latency is judged against its class's typical one, so that the
+// mix of cheap and expensive calls is not mistaken for the upstream's
+// queue. Classes are 0 to MaxLatencyClasses-1; higher ones share the last.
+func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
 	if l.inflight.Add(1) > int64(l.Limit()) {
 		l.inflight.Add(-1)
 		return Permit{}, false
@@ -94,7 +108,7 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 		l.inflight.Add(-1)
 		return Permit{}, false
 	}
-	return Permit{&permit{l: l, inner: ip, start: time.Now()}}, true
+	return Permit{&permit{l: l, inner: ip, start: time.Now(), class: class}}, true
 }
 
 // Limit returns the current limit, in concurrent calls: the gradient's
@@ -114,10 +128,11 @@ func (l *Limiter) Inflight() int {
 // learnt and cuts the ceiling either way.
 func (l *Limiter) release(p *permit, learn bool) {
 	now := time.Now()
-	slow := now.Sub(p.start) > l.maxLatency
+	took := now.Sub(p.start)
+	slow := took > l.maxLatency
 	if learn && !slow {
 		p.inner.Record()
-		l.grow()
+		l.learn(p.class, took, now)
 	} else {
 		p.inner.Drop()
 		if slow {
@@ -129,15 +144,33 @@ func (l *Limiter) release(p *permit, learn bool) {
 	l.notify()
 }
 
-// grow raises the ceiling by about one per ceiling's worth of healthy
-// calls (additive increase), up to Max.
-func (l *Limiter) grow() {
-	if float64(l.ceilingInt.Load()) >= l.max {
-		return
-	}
+// learn judges a call of class that took d, ending at now, against its class's typical
+// latency (queueSense). Only while the limit is in use (at least half of
+// it in flight: with pools, one pool may be full while others idle): while the calls wait in the upstream's queue,
+// the ceiling is cut by cutFactor once per window of calls (multiplicative
+// decrease, down to Min); while they do not, it rises by about one per
+// ceiling's worth of calls (additive increase, up to Max). A limit nobody
+// uses does not climb — at the next surge it would let a queue build in
+// the upstream for as long as it takes to come back down — and a wait we
+// do not cause (a slow moment of a lightly used upstream) cuts nothing.
+func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.ceiling = min(l.max, l.ceiling+1/l.ceiling)
+	state, judged := l.sense.record(class, d, now, l.ceiling <= l.min)
+	if l.noSense {
+		state, judged = queueHealthy, false
+	}
+	inUse := 2*l.inflight.Load() >= int64(l.Limit())
+	switch {
+	case !inUse:
+		// A queue we do not fill is not ours to shrink, and a limit
+		// nobody uses is not one to raise.
+	case judged && state == queueQueueing:
+		base := min(l.ceiling, float64(l.innerLimit.Load()))
+		l.ceiling = max(l.min, math.Floor(min(base*cutFactor, base-1)))
+	case state == queueHealthy || state == queueUnknown:
+		l.ceiling = min(l.max, l.ceiling+1/l.ceiling)
+	}
 	l.ceilingInt.Store(int64(l.ceiling))
 }
 
@@ -187,6 +220,7 @@ type permit struct {
 	l        *Limiter
 	inner    adaptivelimiter.Permit
 	start    time.Time
+	class    int
 	released atomic.Bool
 }
 

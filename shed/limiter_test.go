@@ -25,7 +25,7 @@ func (u *upstream) call() {
 	c := u.inflight.Add(1)
 	defer u.inflight.Add(-1)
 	lat := u.base
-	if n := u.capacity.Load(); c > n {
+	if n := u.capacity.Load(); n > 0 && c > n {
 		lat += time.Duration(float64(u.base) * overloadSlope * float64(c-n) / float64(n))
 	}
 	if s := u.slowAll.Load(); s != 0 {
@@ -43,6 +43,11 @@ func drive(l *Limiter, u *upstream, clients int, retry time.Duration, stop <-cha
 
 // driveWith is drive with the call and the release given by call.
 func driveWith(l *Limiter, clients int, retry time.Duration, stop <-chan struct{}, call func(Permit)) *sync.WaitGroup {
+	return driveClasses(clients, retry, stop, func() (Permit, bool) { return l.TryAcquire() }, call)
+}
+
+// driveClasses is driveWith with the permit taken by acquire.
+func driveClasses(clients int, retry time.Duration, stop <-chan struct{}, acquire func() (Permit, bool), call func(Permit)) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
@@ -52,7 +57,7 @@ func driveWith(l *Limiter, clients int, retry time.Duration, stop <-chan struct{
 					return
 				default:
 				}
-				p, ok := l.TryAcquire()
+				p, ok := acquire()
 				if !ok {
 					time.Sleep(retry)
 					continue
@@ -254,4 +259,65 @@ func TestPermitReleasedExactlyOnce(t *testing.T) {
 			t.Fatal("TryAcquire over the limit succeeded: a double release freed an extra slot")
 		}
 	})
+}
+
+// mixedLimit runs 60 closed-loop clients against an upstream of capacity
+// 8 whose calls are 70% reads of 5 ms and 30% exports of 300 ms (route
+// classes 1 and 2); calls beyond capacity wait their share of a queue (20
+// ms per call over capacity). noSense turns the queue sensing off. It
+// returns the mean limit over the last 10 s of 30.
+func mixedLimit(t *testing.T, noSense bool) float64 {
+	t.Helper()
+	const capacity = 8
+	var got float64
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.noSense = noSense
+		var inflight, n atomic.Int64
+		stop := make(chan struct{})
+		acquire := func() (Permit, bool) {
+			class := 1
+			if n.Add(1)%10 < 3 {
+				class = 2
+			}
+			return l.TryAcquireClass(class)
+		}
+		wg := driveClasses(60, 2*time.Millisecond, stop, acquire, func(p Permit) {
+			d := 5 * time.Millisecond
+			if p.p.class == 2 {
+				d = 300 * time.Millisecond
+			}
+			if c := inflight.Add(1); c > capacity {
+				d += time.Duration(c-capacity) * 20 * time.Millisecond
+			}
+			time.Sleep(d)
+			inflight.Add(-1)
+			p.Record()
+		})
+		time.Sleep(20 * time.Second)
+		got = meanLimit(l, 10*time.Second, 100*time.Millisecond)
+		close(stop)
+		wg.Wait()
+	})
+	return got
+}
+
+// Calls of different routes are judged against their own route's typical
+// latency: behind a mix of 5 ms reads and 300 ms exports the limit settles
+// near the upstream's capacity of 8 rather than letting a queue build in
+// it. Negative control: the gradient alone, which the mix blinds, lets the
+// limit climb well past the capacity.
+func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
+	sensed := mixedLimit(t, false)
+	gradient := mixedLimit(t, true)
+	t.Logf("mean limit: %.1f sensing the queue, %.1f with the gradient alone (capacity 8)", sensed, gradient)
+	if sensed > 11 {
+		t.Errorf("sensing the queue: mean limit %.1f, want ≤ 11 (capacity 8)", sensed)
+	}
+	if gradient <= 11 {
+		t.Errorf("gradient alone: mean limit %.1f; the test above cannot fail", gradient)
+	}
 }
