@@ -41,6 +41,9 @@ const (
 	attrRemaining = attribute.Key("ratelimit.remaining")
 	attrLimit     = attribute.Key("ratelimit.limit")
 	attrBucket    = attribute.Key("ratelimit.bucket") // the bucket that decided
+	// ratelimit.shadow_reject: shadow mode admitted a request the bucket
+	// named by ratelimit.bucket refused.
+	attrShadowReject = attribute.Key("ratelimit.shadow_reject")
 	// The global backstop: its tokens after the take (negative while
 	// tenants within their shares use its reserve), the tenant's recent
 	// use of it and its fair share, in tokens a second.
@@ -74,6 +77,10 @@ const (
 const (
 	OutcomeAdmit  = "admit"
 	OutcomeReject = "reject"
+	// OutcomeShadowReject (the outcome label only) is a request the rate
+	// layer would have refused and admitted because shadow mode covers
+	// it; its layer label is "rate".
+	OutcomeShadowReject = "shadow_reject"
 )
 
 // round3 rounds x to three decimals, so that span attributes read
@@ -141,6 +148,9 @@ func (d *Decision) Annotate(sp trace.Span) {
 		attrs = append(attrs, AttrRoute.String(d.Route.Name))
 	}
 	if d.Allowed {
+		if d.ShadowRejected != ReasonNone {
+			attrs = append(attrs, attrShadowReject.Bool(true))
+		}
 		sp.SetAttributes(append(attrs, AttrDecision.String(OutcomeAdmit))...)
 		return
 	}
@@ -189,6 +199,7 @@ type rejectLabels struct {
 type decisionLabels struct {
 	tenant, tier, route string
 	layer               Layer
+	shadow              bool // admitted by shadow mode
 }
 
 // NewMetrics registers the gate's metrics on reg.
@@ -197,7 +208,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_decisions_total",
-			Help: "Admission decisions by tenant, tier, route template, the layer that rejected (none when admitted) and outcome (admit, reject).",
+			Help: "Admission decisions by tenant, tier, route template, the layer that rejected (none when admitted; rate for shadow_reject) and outcome (admit, reject, shadow_reject: admitted by shadow mode).",
 		}, []string{"tenant", "tier", "route", "layer", "outcome"}),
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rejections_total",
@@ -263,15 +274,21 @@ func (m *Metrics) count(d *Decision) {
 	if d.Tenant != nil {
 		k.tenant, k.tier = d.Tenant.ID, d.Tenant.Tier
 	}
+	if d.Allowed && d.ShadowRejected != ReasonNone {
+		k.layer, k.shadow = LayerRate, true
+	}
 	m.mu.RLock()
 	c := m.counters[k]
 	m.mu.RUnlock()
 	if c == nil {
 		outcome := OutcomeAdmit
-		if !d.Allowed {
+		switch {
+		case k.shadow:
+			outcome = OutcomeShadowReject
+		case !d.Allowed:
 			outcome = OutcomeReject
 		}
-		c = m.decisions.WithLabelValues(k.tenant, k.tier, k.route, d.Layer.String(), outcome)
+		c = m.decisions.WithLabelValues(k.tenant, k.tier, k.route, k.layer.String(), outcome)
 		m.mu.Lock()
 		m.counters[k] = c
 		m.mu.Unlock()
