@@ -104,8 +104,10 @@ func TestEdgeConfig(t *testing.T) {
 		step{name: "login 3", req: request("edge", 0, desc("path", "/login")), overall: ok, remaining: rem(0), reset: resets(time.Minute)},
 		step{name: "login 4 over", req: request("edge", 0, desc("path", "/login")), overall: over, remaining: rem(0), reset: resets(20 * time.Second)},
 		step{name: "other path: no limit", req: request("edge", 0, desc("path", "/other")), overall: ok, remaining: rem(-1)},
+		// All or nothing: the address's bucket is not charged for a
+		// request /login refuses.
 		step{name: "two descriptors, one over", req: request("edge", 0, desc("remote_address", "9.9.9.9"), desc("path", "/login")),
-			overall: over, codes: codesOf(ok, over), remaining: rem(4, 0)},
+			overall: over, codes: codesOf(ok, over), remaining: rem(5, 0)},
 		step{name: "unknown key leaves the tree", req: request("edge", 0, desc("remote_address", "1.1.1.1", "extra", "x")), overall: ok, remaining: rem(-1)},
 	)
 	runSteps(t, h, steps)
@@ -298,6 +300,36 @@ func TestShadowMatchesEnforcement(t *testing.T) {
 	if n := testutil.ToFloat64(tel.decisions.WithLabelValues("rollout", "user", OutcomeReject)); n != 0 {
 		t.Fatalf("shadow descriptor counted %v rejections", n)
 	}
+}
+
+// TestDescriptorsAllOrNothing: several descriptors of one request are
+// charged in one TakeAll: a request one refuses charges none; a shadow
+// descriptor that refuses lets the request through and its enforced
+// descriptors pay; an enforced limit of zero refuses without charging the
+// others; one bucket named twice is charged both costs.
+func TestDescriptorsAllOrNothing(t *testing.T) {
+	rules := mustRules(t, Source{"a.yaml", []byte(`domain: a
+descriptors:
+  - {key: user, rate_limit: {unit: minute, requests_per_unit: 5}}
+  - {key: path, value: /login, rate_limit: {name: login, unit: minute, requests_per_unit: 2}}
+  - {key: path, value: /beta, shadow_mode: true, rate_limit: {name: beta, unit: minute, requests_per_unit: 1}}
+  - {key: path, value: /closed, rate_limit: {unit: minute, requests_per_unit: 0}}
+`)})
+	h := start(t, Config{}, rules, Options{})
+	ann, login := func() *commonrl.RateLimitDescriptor { return desc("user", "ann") }, func() *commonrl.RateLimitDescriptor { return desc("path", "/login") }
+	runSteps(t, h, []step{
+		{name: "both 1", req: request("a", 0, ann(), login()), overall: ok, remaining: rem(4, 1)},
+		{name: "both 2", req: request("a", 0, ann(), login()), overall: ok, remaining: rem(3, 0)},
+		{name: "login over: ann not charged", req: request("a", 0, ann(), login()), overall: over, codes: codesOf(ok, over), remaining: rem(3, 0)},
+		{name: "login over again", req: request("a", 0, ann(), login()), overall: over, codes: codesOf(ok, over), remaining: rem(3, 0)},
+		{name: "ann alone: the refusals took nothing", req: request("a", 0, ann()), overall: ok, remaining: rem(2)},
+		{name: "beta 1", req: request("a", 0, ann(), desc("path", "/beta")), overall: ok, remaining: rem(1, 0)},
+		{name: "beta over in shadow: admitted, ann pays", req: request("a", 0, ann(), desc("path", "/beta")), overall: ok, codes: codesOf(ok, ok), remaining: rem(0, 0)},
+		{name: "closed refuses, ann's state not asked", advance: time.Minute, req: request("a", 0, ann(), desc("path", "/closed")), overall: over, codes: codesOf(ok, over), remaining: rem(-1, 0)},
+		{name: "ann untouched by the closed path", req: request("a", 0, ann()), overall: ok, remaining: rem(4)},
+		{name: "one bucket twice: both costs", req: request("a", 0, ann(), ann()), overall: ok, remaining: rem(2, 2)},
+		{name: "one bucket twice, over: none taken", req: request("a", 2, ann(), ann()), overall: over, remaining: rem(2, 2)},
+	})
 }
 
 // TestGlobalShadow: rls.shadow puts every descriptor in shadow mode; the
