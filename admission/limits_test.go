@@ -22,17 +22,24 @@ func dailyStarter(t testing.TB) *tenant.Registry {
 	}))
 }
 
+// clockedGate builds a gate of cfg and reg on a fake clock.
+func clockedGate(t *testing.T, cfg Config, reg *tenant.Registry) (*Gate, *fakeclock.Clock) {
+	t.Helper()
+	clk := fakeclock.New()
+	g, err := New(cfg, reg, Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, clk
+}
+
 // TestDailyQuotaBindsAfterBurstRefills: at five requests a second the
 // per-second bucket (burst 25) never refuses and refills forty times over
 // while the daily quota of 1000 drains; then the daily quota refuses, with
 // a Retry-After that is its own wait, while the per-second bucket is full,
 // and the headers name both policies and describe the tightest.
 func TestDailyQuotaBindsAfterBurstRefills(t *testing.T) {
-	clk := fakeclock.New()
-	g, err := New(testConfig(), dailyStarter(t), Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, clk := clockedGate(t, testConfig(), dailyStarter(t))
 	me := req("start-key", "GET", "/api/v1/users/me")
 	var d Decision
 	n := 0
@@ -90,14 +97,9 @@ func TestDailyQuotaBindsAfterBurstRefills(t *testing.T) {
 // TestLimitsAllOrNothing: a request one bucket refuses takes nothing from
 // the others, and when several refuse, Retry-After is the longest wait.
 func TestLimitsAllOrNothing(t *testing.T) {
-	clk := fakeclock.New()
-	reg := testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) {
+	g, clk := clockedGate(t, testConfig(), testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) {
 		tc.Limits = []tenant.LimitConfig{{Name: "minute", Burst: 30, Per: time.Minute}}
-	}))
-	g, err := New(testConfig(), reg, Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})))
 	search := req("start-key", "GET", "/api/v1/search")
 	for range 5 { // 25 of the minute's 30, all of the tenant's 25
 		mustCheck(t, g, search)
@@ -172,11 +174,7 @@ func checkAgainstReference(t *testing.T, seed uint64, refused map[Reason]int) {
 		{Method: "GET", Path: "/b", Cost: 3},
 		{Method: "POST", Path: "/export", Cost: 7, Group: "exports"},
 	}}
-	clk := fakeclock.New()
-	g, err := New(cfg, testRegistryOf(t, tc), Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, clk := clockedGate(t, cfg, testRegistryOf(t, tc))
 	ref := []*refBucket{{rate: own.Rate, burst: own.Burst}, {rate: group.Rate, burst: group.Burst}}
 	for _, l := range limits {
 		r := l.Resolve()

@@ -190,14 +190,9 @@ func label(m *dto.Metric, name string) string {
 // only; the global backstop, which protects the service, still refuses
 // (503), and the tenant's bucket's would-be rejections are still marked.
 func TestShadowKeepsTheBackstop(t *testing.T) {
-	clk := fakeclock.New()
 	cfg := testConfig()
 	cfg.Global = &GlobalConfig{Rate: 1, Burst: 30}
-	reg := testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) { tc.Shadow = true }))
-	g, err := New(cfg, reg, Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, _ := clockedGate(t, cfg, testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) { tc.Shadow = true })))
 	var backstop, marked int
 	for range 20 {
 		d := mustCheck(t, g, req("start-key", "GET", "/api/v1/search"))
