@@ -166,8 +166,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		for _, i := range pending {
 			vs[i].outcome = OutcomeNotCharged
 		}
-	} else if err := s.charge(ctx, req, vs, pending); err != nil {
-		return nil, nil, nil, err
+	} else if len(pending) > 0 { // so tree is not nil
+		if err := s.charge(ctx, req, tree.tag, vs, pending); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	var decider *verdict
 	for i := range vs {
@@ -193,32 +195,41 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 // shadow_mode, or rls.shadow).
 func (s *Service) shadowed(v *verdict) bool { return v.shadow || s.shadow }
 
-// charge takes the buckets of the verdicts at pending, all or nothing, as
-// the HTTP path takes a tenant's buckets: a request is charged only when
-// every descriptor not in shadow mode has room, so a refused request
-// costs none of its descriptors anything, and "retry after 2 s" is not
-// followed by "retry after 40 s" because another descriptor's bucket was
-// emptied by the refused calls. Shadow descriptors are taken with the
-// others, as they would be enforced, so their figures are real; when only
-// they refuse, the request is admitted and the enforced descriptors are
-// charged by a second call. Two descriptors with the same entries are one
-// bucket, charged their costs' sum.
-func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, vs []verdict, pending []int) error {
-	if len(pending) == 0 {
+// charge takes the buckets of the verdicts at pending (at least one), all
+// or nothing, as the HTTP path takes a tenant's buckets: a request is
+// charged only when every descriptor not in shadow mode has room, so a
+// refused request costs none of its descriptors anything, and "retry
+// after 2 s" is not followed by "retry after 40 s" because another
+// descriptor's bucket was emptied by the refused calls. Shadow descriptors
+// are taken with the others, as they would be enforced, so their figures
+// are real; when only they refuse, the request is admitted and the
+// enforced descriptors are charged by a second call. Two descriptors with
+// the same entries are one bucket, charged their costs' sum.
+func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) error {
+	if len(pending) == 1 { // the common call: one Take, nothing to gather
+		v := &vs[pending[0]]
+		r, err := s.store.Take(ctx, bucketKey(tag, req.Descriptors[pending[0]].Entries), v.rule.limit, v.cost)
+		if err != nil {
+			return storeError(ctx, err)
+		}
+		v.res, v.over = r, !r.Allowed
 		return nil
 	}
 	takes := make([]ratelimit.Take, 0, len(pending))
 	of := make([]int, len(pending)) // pending[j]'s take
-	tag := domainTag(req.Domain)
 	for j, i := range pending {
 		k := bucketKey(tag, req.Descriptors[i].Entries)
-		of[j] = slices.IndexFunc(takes, func(t ratelimit.Take) bool { return t.Key == k })
-		if of[j] >= 0 {
-			takes[of[j]].Cost += vs[i].cost
-			continue
+		of[j] = -1
+		for t := range takes {
+			if takes[t].Key == k {
+				of[j] = t
+				takes[t].Cost += vs[i].cost
+			}
 		}
-		of[j] = len(takes)
-		takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].rule.limit, Cost: vs[i].cost})
+		if of[j] < 0 {
+			of[j] = len(takes)
+			takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].rule.limit, Cost: vs[i].cost})
+		}
 	}
 	res, err := s.takeAll(ctx, takes)
 	if err != nil {
@@ -276,12 +287,19 @@ func (s *Service) takeAll(ctx context.Context, takes []ratelimit.Take) ([]rateli
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-		return nil, status.Errorf(codes.Unavailable, "rls: rate store: %v", err)
+		return nil, storeError(ctx, err)
 	}
 	return res, nil
+}
+
+// storeError is the status of a call the store could not decide: its
+// context's when cancelled, else Unavailable (so Envoy's
+// failure_mode_deny decides).
+func storeError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Errorf(codes.Unavailable, "rls: rate store: %v", err)
 }
 
 // rank orders verdicts for choosing the one that decided the call: a
