@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +209,30 @@ func TestShadowKeepsTheBackstop(t *testing.T) {
 	}
 	if backstop == 0 || marked == 0 {
 		t.Fatalf("%d backstop refusals and %d marked would-be tenant_quota rejections in 20 searches, want some of each", backstop, marked)
+	}
+}
+
+// TestShadowHeadersRealState: a request shadow mode admitted reaches the
+// upstream with the RateLimit headers of the buckets' real state (none
+// left) and no Retry-After.
+func TestShadowHeadersRealState(t *testing.T) {
+	g, _ := clockedGate(t, testConfig(), testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) { tc.Shadow = true })))
+	served := 0
+	h := g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served++ }))
+	var w *httptest.ResponseRecorder
+	for range 7 { // a burst of 25 holds five searches
+		w = httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/api/v1/search", nil)
+		r.Header.Set("X-API-Key", "start-key")
+		h.ServeHTTP(w, r)
+	}
+	if served != 7 || w.Code != http.StatusOK {
+		t.Fatalf("%d of 7 served, last status %d: shadow mode refused", served, w.Code)
+	}
+	for k, want := range map[string]string{"Ratelimit-Remaining": "0", "Ratelimit": `"tenant";r=0;t=5`, "Retry-After": ""} {
+		if got := w.Header().Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
 	}
 }
 
