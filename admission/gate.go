@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,8 +156,9 @@ func (g *Gate) checkStore(c *compiled) error {
 		return fmt.Errorf("global: the store (%T) keeps no fair global backstop", g.store)
 	}
 	if _, ok := g.store.(ratelimit.MultiStore); !ok && c.reg != nil {
-		for name, tc := range c.reg.Tiers() {
-			if len(tc.Limits) > 0 {
+		tiers := c.reg.Tiers()
+		for _, name := range slices.Sorted(maps.Keys(tiers)) {
+			if tc := tiers[name]; len(tc.Limits) > 0 {
 				return fmt.Errorf("tiers.%s.limits: the store (%T) cannot take several buckets at once", tenant.PathKey(name), g.store)
 			}
 		}
