@@ -162,10 +162,14 @@ func (g *Gate) checkStore(c *compiled) error {
 				return fmt.Errorf("tiers.%s.limits: the store (%T) cannot take several buckets at once", tenant.PathKey(name), g.store)
 			}
 		}
+		var ids []string
 		for _, t := range c.reg.Tenants() {
 			if len(t.Limits) > 0 {
-				return fmt.Errorf("tenant %s's limits: the store (%T) cannot take several buckets at once", t.ID, g.store)
+				ids = append(ids, t.ID)
 			}
+		}
+		if len(ids) > 0 {
+			return fmt.Errorf("tenant %s's limits: the store (%T) cannot take several buckets at once", slices.Min(ids), g.store)
 		}
 	}
 	return nil
