@@ -23,7 +23,7 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 				attrBackstopShare.Float64(round3(b.Share)), attrBackstopWithin.Bool(b.WithinShare))
 		}
 		if d.ShadowRejected != ReasonNone {
-			sp.s.SetAttributes(attrShadowReject.Bool(true), attrBucket.String(d.ShadowRejected.String()))
+			sp.s.SetAttributes(AttrShadowReject.Bool(true), attrBucket.String(d.ShadowRejected.String()))
 		}
 		if d.Layer == LayerRate {
 			sp.s.SetAttributes(attrBucket.String(d.Reason.String()))

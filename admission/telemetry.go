@@ -35,15 +35,16 @@ const (
 	AttrRetryAfter = attribute.Key("admission.retry_after_s")
 	AttrStatusCode = attribute.Key("http.response.status_code")
 	AttrRequestID  = attribute.Key("fairgate.request_id")
+	// AttrShadowReject is true, on the root and the admission.rate span,
+	// when shadow mode admitted a request the rate quotas refused (the
+	// rate span's ratelimit.bucket says which).
+	AttrShadowReject = attribute.Key("ratelimit.shadow_reject")
 
 	attrAuth      = attribute.Key("auth.result") // "ok", "missing_key", "unknown_key", "too_many_failed_attempts"
 	attrCost      = attribute.Key("route.cost")
 	attrRemaining = attribute.Key("ratelimit.remaining")
 	attrLimit     = attribute.Key("ratelimit.limit")
 	attrBucket    = attribute.Key("ratelimit.bucket") // the bucket that decided
-	// ratelimit.shadow_reject: shadow mode admitted a request the bucket
-	// named by ratelimit.bucket refused.
-	attrShadowReject = attribute.Key("ratelimit.shadow_reject")
 	// The global backstop: its tokens after the take (negative while
 	// tenants within their shares use its reserve), the tenant's recent
 	// use of it and its fair share, in tokens a second.
@@ -149,7 +150,7 @@ func (d *Decision) Annotate(sp trace.Span) {
 	}
 	if d.Allowed {
 		if d.ShadowRejected != ReasonNone {
-			attrs = append(attrs, attrShadowReject.Bool(true))
+			attrs = append(attrs, AttrShadowReject.Bool(true))
 		}
 		sp.SetAttributes(append(attrs, AttrDecision.String(OutcomeAdmit))...)
 		return
