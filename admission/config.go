@@ -154,6 +154,10 @@ type compiled struct {
 	// criticality ("acme/critical", …), built once so the hot path does
 	// not concatenate strings.
 	flows map[*tenant.Tenant]*[3]string
+	// limitScopes holds each tenant's limits' bucket scopes, in the order
+	// of its Limits: "limit/NAME", apart from the groups' scopes (a
+	// group's name holds no '/').
+	limitScopes map[*tenant.Tenant][]string
 	// trusted are the networks whose X-Fairgate-Priority is believed.
 	trusted []netip.Prefix
 	// slashes is what a path with an escaped '/' gets.
@@ -240,7 +244,11 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 	}
 	if reg != nil {
 		out.flows = make(map[*tenant.Tenant]*[3]string, len(reg.Tenants()))
+		out.limitScopes = make(map[*tenant.Tenant][]string, len(reg.Tenants()))
 		for _, t := range reg.Tenants() {
+			for _, l := range t.Limits {
+				out.limitScopes[t] = append(out.limitScopes[t], "limit/"+l.Name)
+			}
 			var f [3]string
 			for _, c := range []shed.Criticality{shed.Default, shed.Critical, shed.Sheddable} {
 				f[c] = t.ID + "/" + c.String()
@@ -283,6 +291,11 @@ func checkCost(field string, r *Route, reg *tenant.Registry, global *GlobalConfi
 		for _, t := range reg.Tenants() {
 			if r.Cost > t.Burst {
 				never("tenant "+t.ID+"'s burst", t.Burst)
+			}
+			for _, l := range t.Limits {
+				if r.Cost > l.Burst {
+					never("tenant "+t.ID+"'s limits."+l.Name+".burst", l.Burst)
+				}
 			}
 		}
 	}

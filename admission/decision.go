@@ -64,10 +64,16 @@ type Decision struct {
 	// rank and the route's criticality, or a trusted caller's header.
 	Priority shed.Priority
 	// Quotas are the token buckets the rate layer consulted, for the
-	// RateLimit headers. Quotas[0] is the tenant's own bucket.
-	Quotas [2]QuotaState
+	// RateLimit headers. Quotas[0] is the tenant's own bucket, then the
+	// route group's, then the tenant's limits in their configured order.
+	Quotas [MaxQuotas]QuotaState
 	// NQuotas is how many of Quotas are set.
 	NQuotas int
+	// ShadowRejected is, for a request the rate layer admitted only
+	// because shadow mode covers it (tenant, tier or route), the reason
+	// it would have been refused for (tenant_quota, group_quota or
+	// limit_quota); ReasonNone otherwise.
+	ShadowRejected Reason
 
 	lease Lease
 	// detail completes the message of a rejection that takes one (what
@@ -86,6 +92,10 @@ type Decision struct {
 	hasBackstop bool
 }
 
+// MaxQuotas is the most buckets the rate layer charges one request to: the
+// tenant's own, its route group's and its limits.
+const MaxQuotas = 2 + tenant.MaxLimits
+
 // QuotaState is what a client is told about one token bucket.
 type QuotaState struct {
 	// Name is the policy name in the RateLimit headers: "tenant" or the
@@ -102,6 +112,9 @@ type QuotaState struct {
 	// bucket (a failure policy, a cached denial): Remaining and Reset are
 	// not known, and the RateLimit headers leave them out.
 	StateUnknown bool
+	// Wait is, when the bucket refused the request, the time until it
+	// holds the request's cost; zero when it had room.
+	Wait time.Duration
 }
 
 // Errors of the admission package.

@@ -9,7 +9,8 @@
 // first that says no (gate.go reads as that list):
 //
 //	identify     identify.go     the tenant, from the API key alone       401, 429
-//	rate         rate.go         token buckets: group, tenant, global     429, 503
+//	rate         rate.go         token buckets: tenant, group, limits,    429, 503
+//	                             global (shadow: decide, count, admit)
 //	concurrency  concurrency.go  the tenant's cap on requests in flight   429
 //	shed         shed.go         the pool's priority threshold            503
 //	bulkhead     bulkhead.go     a seat in the pool, fair queuing         503

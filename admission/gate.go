@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +42,16 @@ type Options struct {
 	// reports the gate's gauges (pool occupancy, shed thresholds, the
 	// adaptive limit) to the registry they were built on. Nil means none.
 	Metrics *Metrics
+	// ShadowLogEvery is the least time between two log lines about one
+	// tenant's requests that shadow mode admitted. Zero means
+	// DefaultShadowLogEvery.
+	ShadowLogEvery time.Duration
 }
+
+// DefaultShadowLogEvery is the least time between two log lines about one
+// tenant's (or, in the rate limit service, one descriptor's) shadow
+// rejections when the options set none.
+const DefaultShadowLogEvery = 10 * time.Second
 
 // Gate is the admission pipeline. It is safe for concurrent use, and its
 // configuration can be replaced at run time with Reload while requests are
@@ -84,6 +95,10 @@ type Gate struct {
 	waits        counterSet
 	recent       recentRejections
 	watchedUntil atomic.Int64
+
+	shadowLogEvery time.Duration
+	shadowMu       sync.Mutex
+	shadowLast     map[string]time.Time // guarded by shadowMu: tenant ID → its last shadow log line
 }
 
 // New builds a Gate. It checks cfg against the tenants' tiers and returns an
@@ -108,8 +123,12 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if o.Instances < 1 {
 		o.Instances = 1
 	}
+	if o.ShadowLogEvery <= 0 {
+		o.ShadowLogEvery = DefaultShadowLogEvery
+	}
 	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger, instances: o.Instances,
-		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps()}
+		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps(),
+		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time)}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	if err := g.checkStore(c); err != nil {
 		return nil, err
@@ -135,6 +154,23 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 func (g *Gate) checkStore(c *compiled) error {
 	if c.global != nil && g.backstop == nil {
 		return fmt.Errorf("global: the store (%T) keeps no fair global backstop", g.store)
+	}
+	if _, ok := g.store.(ratelimit.MultiStore); !ok && c.reg != nil {
+		tiers := c.reg.Tiers()
+		for _, name := range slices.Sorted(maps.Keys(tiers)) {
+			if tc := tiers[name]; len(tc.Limits) > 0 {
+				return fmt.Errorf("tiers.%s.limits: the store (%T) cannot take several buckets at once", tenant.PathKey(name), g.store)
+			}
+		}
+		var ids []string
+		for _, t := range c.reg.Tenants() {
+			if len(t.Limits) > 0 {
+				ids = append(ids, t.ID)
+			}
+		}
+		if len(ids) > 0 {
+			return fmt.Errorf("tenant %s's limits: the store (%T) cannot take several buckets at once", slices.Min(ids), g.store)
+		}
 	}
 	return nil
 }

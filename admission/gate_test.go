@@ -21,7 +21,23 @@ func testRegistry(t testing.TB) *tenant.Registry { return testRegistryStarterRat
 // testRegistryStarterRate is testRegistry with the starter tier's rate.
 func testRegistryStarterRate(t testing.TB, starterRate float64) *tenant.Registry {
 	t.Helper()
-	reg, err := tenant.NewRegistry(tenant.Config{
+	return testRegistryOf(t, testTenants(starterRate))
+}
+
+// testRegistryOf builds the registry of tenant config c.
+func testRegistryOf(t testing.TB, c tenant.Config) *tenant.Registry {
+	t.Helper()
+	reg, err := tenant.NewRegistry(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// testTenants is testRegistry's tenant config, with the starter tier's
+// rate: acme (enterprise, key ent-key) and initech (starter, start-key).
+func testTenants(starterRate float64) tenant.Config {
+	return tenant.Config{
 		Tiers: map[string]tenant.TierConfig{
 			"enterprise": {Rate: 100, Burst: 500},
 			"starter": {Rate: starterRate, Burst: 25, Groups: map[string]tenant.Quota{
@@ -32,11 +48,7 @@ func testRegistryStarterRate(t testing.TB, starterRate float64) *tenant.Registry
 			{ID: "acme", Tier: "enterprise", APIKeysSHA256: []string{tenant.HashKey("ent-key")}},
 			{ID: "initech", Tier: "starter", APIKeysSHA256: []string{tenant.HashKey("start-key")}},
 		},
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	return reg
 }
 
 func testConfig() Config {

@@ -3,10 +3,11 @@ package admission
 import (
 	"context"
 	"errors"
-	"github.com/fairgate/fairgate/shed"
 	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
+	"github.com/fairgate/fairgate/shed"
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // rate runs the rate layer (see takeBuckets) in its span. The error is a
@@ -21,6 +22,9 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 			sp.s.SetAttributes(attrBackstopTokens.Float64(round3(b.Tokens)), attrBackstopUse.Float64(round3(b.Use)),
 				attrBackstopShare.Float64(round3(b.Share)), attrBackstopWithin.Bool(b.WithinShare))
 		}
+		if d.ShadowRejected != ReasonNone {
+			sp.s.SetAttributes(AttrShadowReject.Bool(true), attrBucket.String(d.ShadowRejected.String()))
+		}
 		if d.Layer == LayerRate {
 			sp.s.SetAttributes(attrBucket.String(d.Reason.String()))
 			if d.Reason == ReasonStoreUnavailable {
@@ -32,40 +36,60 @@ func (g *Gate) rate(ctx context.Context, c *compiled, d *Decision) error {
 	return err
 }
 
-// takeBuckets takes the route's cost from the route group's bucket and the
-// tenant's bucket, then the global backstop. The group's and the tenant's
-// buckets are taken all or nothing, in one store call when the store can
-// (ratelimit.MultiStore: one lock, one Lua call): a request the tenant's
-// bucket refuses must not have emptied its group's, or "retry after 3 s"
-// would be followed by "retry after 37 s". Tokens taken by the tenant's
-// buckets are not given back when the backstop says no: a refund would make
-// a rejected request free, so a client retrying into an overload would pay
-// nothing and the rate layer would stop bounding what reaches the later
-// layers.
+// takeBuckets takes the route's cost from the tenant's own buckets (see
+// takeQuotas), then from the global backstop. When shadow mode covers the
+// request (its tenant, tier or route), a refusal by the tenant's own
+// buckets is recorded (Decision.ShadowRejected) and the request goes on:
+// the buckets decided and took what they take as usual, so the figures
+// are real. The backstop and the later layers stay enforced: they protect
+// the service, not a tenant's contract. Tokens taken by the tenant's
+// buckets are not given back when the backstop says no: a refund would
+// make a rejected request free, so a client retrying into an overload
+// would pay nothing and the rate layer would stop bounding what reaches
+// the later layers.
 func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error {
+	if err := g.takeQuotas(ctx, c, d); err != nil {
+		return err
+	}
+	if d.Status != 0 {
+		if !d.Tenant.Shadow && !d.Route.Shadow || !d.Reason.quota() {
+			return nil
+		}
+		d.ShadowRejected = d.Reason
+		g.logShadow(ctx, d, d.RetryAfter)
+		d.Allowed, d.Status, d.Layer, d.Reason, d.RetryAfter, d.detail = false, 0, LayerNone, ReasonNone, 0, ""
+	}
+	return g.takeBackstop(ctx, c, d)
+}
+
+// takeQuotas takes the route's cost from the tenant's bucket, its route
+// group's and its limits. They are taken all or nothing, in one store call
+// when the store can (ratelimit.MultiStore: one lock, one Lua call): a
+// request the tenant's bucket refuses must not have emptied its group's,
+// or "retry after 3 s" would be followed by "retry after 37 s". A store
+// that cannot takes the group's bucket, then the tenant's (New refuses
+// limits on such a store).
+func (g *Gate) takeQuotas(ctx context.Context, c *compiled, d *Decision) error {
 	t, r := d.Tenant, d.Route
-	if r.Group != "" {
-		if q, ok := t.Groups[r.Group]; ok {
-			if ms, ok := g.store.(ratelimit.MultiStore); ok {
-				if err := g.takeGrouped(ctx, ms, d, ratelimit.Limit{Rate: q.Rate, Burst: q.Burst}); err != nil || d.Status != 0 {
-					return err
-				}
-				return g.takeBackstop(ctx, c, d)
-			}
-			l := ratelimit.Limit{Rate: q.Rate, Burst: q.Burst}
-			res, err := g.take(ctx, ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
-			if err != nil {
-				return g.storeFailed(ctx, d, err)
-			}
-			d.Quotas[1] = quotaState(r.Group, l, res)
-			d.NQuotas = 2
-			if !res.Allowed {
-				d.reject(ReasonGroupQuota, res.RetryAfter)
-				// Report the bucket that decided; the tenant's own was
-				// not consulted, so its state is unknown here.
-				d.Quotas[0], d.Quotas[1], d.NQuotas = d.Quotas[1], QuotaState{}, 1
-				return nil
-			}
+	gq, grouped := t.Groups[r.Group]
+	grouped = grouped && r.Group != ""
+	if ms, ok := g.store.(ratelimit.MultiStore); ok && (grouped || len(t.Limits) > 0) {
+		return g.takeAll(ctx, c, ms, d, gq, grouped)
+	}
+	if grouped {
+		l := ratelimit.Limit{Rate: gq.Rate, Burst: gq.Burst}
+		res, err := g.take(ctx, ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, l, r.Cost)
+		if err != nil {
+			return g.storeFailed(ctx, d, err)
+		}
+		d.Quotas[1] = quotaState(r.Group, l, res)
+		d.NQuotas = 2
+		if !res.Allowed {
+			d.reject(ReasonGroupQuota, res.RetryAfter)
+			// Report the bucket that decided; the tenant's own was
+			// not consulted, so its state is unknown here.
+			d.Quotas[0], d.Quotas[1], d.NQuotas = d.Quotas[1], QuotaState{}, 1
+			return nil
 		}
 	}
 	l := ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}
@@ -79,9 +103,8 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 	}
 	if !res.Allowed {
 		d.reject(ReasonTenantQuota, res.RetryAfter)
-		return nil
 	}
-	return g.takeBackstop(ctx, c, d)
+	return nil
 }
 
 // takeBackstop takes the route's cost from the global backstop, if any.
@@ -143,7 +166,24 @@ func (g *Gate) storeFailed(ctx context.Context, d *Decision, err error) error {
 
 func quotaState(name string, l ratelimit.Limit, r ratelimit.Result) QuotaState {
 	return QuotaState{Name: name, Limit: l.Burst, Window: l.Window(), Remaining: r.Remaining, Reset: r.ResetAfter,
-		StateUnknown: r.StateUnknown}
+		StateUnknown: r.StateUnknown, Wait: r.RetryAfter}
+}
+
+// tightest returns the index of the bucket that binds d most: among those
+// whose state is known, the one that refused with the longest wait, else
+// the one with the fewest tokens left; -1 when no state is known.
+func (d *Decision) tightest() int {
+	low := -1
+	for i := range d.NQuotas {
+		q := &d.Quotas[i]
+		if q.Name == "" || q.StateUnknown {
+			continue
+		}
+		if low < 0 || q.Wait > d.Quotas[low].Wait || q.Wait == d.Quotas[low].Wait && q.Remaining < d.Quotas[low].Remaining {
+			low = i
+		}
+	}
+	return low
 }
 
 // backstopClass is the backstop's class of a request of priority p: its
@@ -158,35 +198,90 @@ func backstopClass(p shed.Priority) ratelimit.BackstopClass {
 	return ratelimit.BackstopSheddable
 }
 
-// takeGrouped takes a grouped route's cost from the group's and the
-// tenant's buckets in one all-or-nothing store call. Refused, the reason
-// is the bucket with the longer wait and Retry-After that wait: when it has
-// passed, both buckets hold the cost.
-func (g *Gate) takeGrouped(ctx context.Context, ms ratelimit.MultiStore, d *Decision, gl ratelimit.Limit) error {
+// takeAll takes the route's cost from the tenant's bucket, its route
+// group's (when grouped) and each of its limits in one all-or-nothing
+// store call. Refused, the reason is the bucket with the longest wait
+// (the tenant's own on a tie) and Retry-After that wait: when it has
+// passed, every bucket holds the cost.
+func (g *Gate) takeAll(ctx context.Context, c *compiled, ms ratelimit.MultiStore, d *Decision, gq tenant.Quota, grouped bool) error {
 	t, r := d.Tenant, d.Route
-	tl := ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}
-	takes := [2]ratelimit.Take{
-		{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, Limit: gl, Cost: r.Cost},
-		{Key: ratelimit.BucketKey{Tenant: t.ID}, Limit: tl, Cost: r.Cost},
+	var takes [MaxQuotas]ratelimit.Take
+	takes[0] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID}, Limit: ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}, Cost: r.Cost}
+	n := 1
+	if grouped {
+		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, Limit: ratelimit.Limit{Rate: gq.Rate, Burst: gq.Burst}, Cost: r.Cost}
+		n++
+	}
+	firstLimit := n
+	scopes := c.limitScopes[t]
+	for i, l := range t.Limits {
+		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: scopes[i]}, Limit: ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}, Cost: r.Cost}
+		n++
 	}
 	var start time.Time
 	if g.metrics != nil {
 		start = time.Now()
 	}
-	res, err := ms.TakeAll(ctx, takes[:])
+	res, err := ms.TakeAll(ctx, takes[:n])
 	if g.metrics != nil {
 		g.metrics.storeTake.Observe(time.Since(start).Seconds())
 	}
 	if err != nil {
 		return g.storeFailed(ctx, d, err)
 	}
-	d.Quotas[0], d.Quotas[1], d.NQuotas = quotaState("tenant", tl, res[1]), quotaState(r.Group, gl, res[0]), 2
-	if !res[1].Allowed {
-		if res[0].RetryAfter > res[1].RetryAfter {
-			d.reject(ReasonGroupQuota, res[0].RetryAfter)
-		} else {
-			d.reject(ReasonTenantQuota, res[1].RetryAfter)
+	worst := -1
+	for i := range n {
+		name := "tenant"
+		switch {
+		case i >= firstLimit:
+			name = t.Limits[i-firstLimit].Name
+		case i > 0:
+			name = r.Group
+		}
+		d.Quotas[i] = quotaState(name, takes[i].Limit, res[i])
+		if !res[i].Allowed && (worst < 0 || res[i].RetryAfter > res[worst].RetryAfter) {
+			worst = i
 		}
 	}
+	d.NQuotas = n
+	switch {
+	case worst < 0:
+	case worst >= firstLimit:
+		d.reject(ReasonLimitQuota, res[worst].RetryAfter)
+		d.detail = d.Quotas[worst].Name
+	case worst > 0:
+		d.reject(ReasonGroupQuota, res[worst].RetryAfter)
+	default:
+		d.reject(ReasonTenantQuota, res[worst].RetryAfter)
+	}
 	return nil
+}
+
+// logShadow logs a request shadow mode admitted, at most once per
+// shadowLogEvery per tenant (the tenants are the configured ones, so the
+// map is bounded).
+func (g *Gate) logShadow(ctx context.Context, d *Decision, retry time.Duration) {
+	now := g.now()
+	g.shadowMu.Lock()
+	last, seen := g.shadowLast[d.Tenant.ID]
+	ok := !seen || now.Sub(last) >= g.shadowLogEvery
+	if ok {
+		g.shadowLast[d.Tenant.ID] = now
+	}
+	g.shadowMu.Unlock()
+	if !ok {
+		return
+	}
+	bucket := "unknown" // a remembered denial: no state read
+	if i := d.tightest(); i >= 0 {
+		bucket = d.Quotas[i].Name
+	}
+	g.log.InfoContext(ctx, "rate shadow mode: would have rejected", "tenant", d.Tenant.ID, "tier", d.Tenant.Tier,
+		"route", d.Route.Name, "reason", d.Reason.String(), "bucket", bucket, "retry_after", retry.String())
+}
+
+// quota reports whether r is a refusal by one of the tenant's own buckets:
+// what shadow mode covers.
+func (r Reason) quota() bool {
+	return r == ReasonTenantQuota || r == ReasonGroupQuota || r == ReasonLimitQuota
 }

@@ -7,7 +7,8 @@ import (
 
 // writeRateLimitHeaders sets the IETF draft's RateLimit-Policy and
 // RateLimit structured fields and the widely deployed RateLimit-Limit,
-// -Remaining and -Reset (for the bucket with the fewest tokens left).
+// -Remaining and -Reset (for the tightest bucket: the one that refused with
+// the longest wait, else the one with the fewest tokens left).
 // They say only what is known: a bucket the store answered for without
 // reading it (a failure policy, a cached denial) has a policy item but no
 // state item, and the trio describes a bucket whose state is known, or is
@@ -15,7 +16,6 @@ import (
 func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
 	var arr [128]byte
 	b := arr[:0]
-	low := -1
 	for i := range d.NQuotas {
 		q := &d.Quotas[i]
 		if q.Name == "" {
@@ -25,14 +25,12 @@ func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
 			b = append(b, ", "...)
 		}
 		b = AppendPolicy(b, q)
-		if !q.StateUnknown && (low < 0 || q.Remaining < d.Quotas[low].Remaining) {
-			low = i
-		}
 	}
 	if len(b) == 0 {
 		return
 	}
 	t.set(h, "Ratelimit-Policy", b)
+	low := d.tightest()
 	if low < 0 {
 		return
 	}

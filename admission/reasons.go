@@ -26,6 +26,7 @@ const (
 	// rate
 	ReasonTenantQuota      // 429: the tenant's bucket
 	ReasonGroupQuota       // 429: the tenant's bucket for the route's group
+	ReasonLimitQuota       // 429: one of the tenant's limits (a daily quota, …)
 	ReasonGlobalBackstop   // 503: the bucket all tenants share
 	ReasonStoreUnavailable // 503: the rate store failed closed
 	ReasonInvalidTake      // 500: the rate store refused the take as invalid (a bug)
@@ -100,6 +101,11 @@ var reasons = [...]reasonRow{
 		func(b []byte, m msgArgs) []byte {
 			return append(append(append(append(append(b, "Tenant "...), m.tenant.ID...), " is over its quota for "...),
 				m.route.Group...), " requests."...)
+		}},
+	ReasonLimitQuota: {"limit_quota", LayerRate, http.StatusTooManyRequests, errRateLimited,
+		func(b []byte, m msgArgs) []byte {
+			return append(append(append(append(append(b, "Tenant "...), m.tenant.ID...), " is over its "...),
+				m.detail...), " limit."...)
 		}},
 	ReasonGlobalBackstop: {"global_backstop", LayerRate, http.StatusServiceUnavailable, errOverloaded,
 		func(b []byte, m msgArgs) []byte {

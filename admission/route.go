@@ -36,6 +36,12 @@ type RouteConfig struct {
 	// by the anonymous bucket and the adaptive limit, not by a tenant's
 	// quotas, so keep them cheap.
 	Auth RouteAuth `yaml:"auth"`
+	// Shadow puts the route's rate quotas (the tenant's bucket, the
+	// group's, the tenant's limits) in shadow mode for its requests: they
+	// decide and take tokens as usual, but a request they would refuse is
+	// admitted and counted as a would-be rejection. False (the default)
+	// leaves it to the tenant's tier and entry.
+	Shadow bool `yaml:"shadow"`
 }
 
 // RouteAuth is what a route asks of a request's credentials.
@@ -75,6 +81,9 @@ type Route struct {
 	Pool        string
 	// Anonymous routes (auth: none) identify no tenant.
 	Anonymous bool
+	// Shadow: the rate quotas decide this route's requests without
+	// refusing them.
+	Shadow bool
 	// class is the route's latency class for the adaptive limit: its
 	// index in the config from 1; 0 for unmatched requests.
 	class int
@@ -108,12 +117,12 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 		return nil, fmt.Errorf("%s.cost: must be >= 1 (tokens)", f)
 	}
 	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost, class: i + 1,
-		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone}
+		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone, Shadow: rc.Shadow}
 	if rc.Auth > AuthNone {
 		return nil, fmt.Errorf("%s.auth: unknown value %d (key or none)", f, rc.Auth)
 	}
-	if r.Anonymous && (r.Group != "" || r.Pool != "") {
-		return nil, fmt.Errorf("%s.auth: a route with auth: none has no tenant, so no group or pool", f)
+	if r.Anonymous && (r.Group != "" || r.Pool != "" || r.Shadow) {
+		return nil, fmt.Errorf("%s.auth: a route with auth: none has no tenant, so no group, pool or shadow", f)
 	}
 	parts := strings.Split(strings.TrimPrefix(rc.Path, "/"), "/")
 	for j, p := range parts {

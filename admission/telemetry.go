@@ -35,6 +35,10 @@ const (
 	AttrRetryAfter = attribute.Key("admission.retry_after_s")
 	AttrStatusCode = attribute.Key("http.response.status_code")
 	AttrRequestID  = attribute.Key("fairgate.request_id")
+	// AttrShadowReject is true, on the root and the admission.rate span,
+	// when shadow mode admitted a request the rate quotas refused (the
+	// rate span's ratelimit.bucket says which).
+	AttrShadowReject = attribute.Key("ratelimit.shadow_reject")
 
 	attrAuth      = attribute.Key("auth.result") // "ok", "missing_key", "unknown_key", "too_many_failed_attempts"
 	attrCost      = attribute.Key("route.cost")
@@ -74,6 +78,10 @@ const (
 const (
 	OutcomeAdmit  = "admit"
 	OutcomeReject = "reject"
+	// OutcomeShadowReject (the outcome label only) is a request the rate
+	// layer would have refused and admitted because shadow mode covers
+	// it; its layer label is "rate".
+	OutcomeShadowReject = "shadow_reject"
 )
 
 // round3 rounds x to three decimals, so that span attributes read
@@ -141,6 +149,9 @@ func (d *Decision) Annotate(sp trace.Span) {
 		attrs = append(attrs, AttrRoute.String(d.Route.Name))
 	}
 	if d.Allowed {
+		if d.ShadowRejected != ReasonNone {
+			attrs = append(attrs, AttrShadowReject.Bool(true))
+		}
 		sp.SetAttributes(append(attrs, AttrDecision.String(OutcomeAdmit))...)
 		return
 	}
@@ -189,6 +200,7 @@ type rejectLabels struct {
 type decisionLabels struct {
 	tenant, tier, route string
 	layer               Layer
+	shadow              bool // admitted by shadow mode
 }
 
 // NewMetrics registers the gate's metrics on reg.
@@ -197,7 +209,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_decisions_total",
-			Help: "Admission decisions by tenant, tier, route template, the layer that rejected (none when admitted) and outcome (admit, reject).",
+			Help: "Admission decisions by tenant, tier, route template, the layer that rejected (none when admitted; rate for shadow_reject) and outcome (admit, reject, shadow_reject: admitted by shadow mode).",
 		}, []string{"tenant", "tier", "route", "layer", "outcome"}),
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rejections_total",
@@ -263,15 +275,21 @@ func (m *Metrics) count(d *Decision) {
 	if d.Tenant != nil {
 		k.tenant, k.tier = d.Tenant.ID, d.Tenant.Tier
 	}
+	if d.Allowed && d.ShadowRejected != ReasonNone {
+		k.layer, k.shadow = LayerRate, true
+	}
 	m.mu.RLock()
 	c := m.counters[k]
 	m.mu.RUnlock()
 	if c == nil {
 		outcome := OutcomeAdmit
-		if !d.Allowed {
+		switch {
+		case k.shadow:
+			outcome = OutcomeShadowReject
+		case !d.Allowed:
 			outcome = OutcomeReject
 		}
-		c = m.decisions.WithLabelValues(k.tenant, k.tier, k.route, d.Layer.String(), outcome)
+		c = m.decisions.WithLabelValues(k.tenant, k.tier, k.route, k.layer.String(), outcome)
 		m.mu.Lock()
 		m.counters[k] = c
 		m.mu.Unlock()

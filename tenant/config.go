@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Config is the tenant part of the config file: tiers and tenants.
@@ -50,6 +51,92 @@ type TierConfig struct {
 	// when above zero), so its own default and sheddable work cannot lock
 	// out its critical reads. Nil means 25; 0 turns the reserve off.
 	CriticalReservePercent *int `yaml:"critical_reserve_percent"`
+	// Limits are further buckets each of the tier's tenants is charged
+	// to, besides its own (rate, burst): a daily quota beside the
+	// per-second burst, say. A request takes its cost from every one of
+	// them and from its own bucket at once, all or nothing. Empty means
+	// none; at most MaxLimits.
+	Limits []LimitConfig `yaml:"limits"`
+	// Shadow puts the tier's rate quotas (the tenant's bucket, its group
+	// buckets and its limits) in shadow mode: they decide and take tokens
+	// as usual, but a request they would refuse is admitted and counted
+	// as a would-be rejection. False (the default) enforces them.
+	Shadow bool `yaml:"shadow"`
+}
+
+// LimitConfig is one of the buckets under limits: Burst tokens, refilled
+// at Rate tokens a second or, when Per is set instead, Burst tokens every
+// Per ({name: daily, burst: 100000, per: 24h}).
+type LimitConfig struct {
+	// Name names the bucket in the RateLimit-Policy header, spans and
+	// logs: 1 to 64 letters, digits, '.', '_' or '-', unique among the
+	// limits, neither "tenant" nor a group's name.
+	Name string `yaml:"name"`
+	// Burst is the bucket's capacity in tokens, as a tier's burst.
+	Burst float64 `yaml:"burst"`
+	// Rate is the refill rate in tokens per second. Set Rate or Per, not
+	// both.
+	Rate float64 `yaml:"rate"`
+	// Per is the time the bucket takes to refill from empty: the rate is
+	// Burst/Per. At least a millisecond, at most MaxRefill seconds.
+	Per time.Duration `yaml:"per"`
+}
+
+// MaxLimits is the most buckets a tier's or a tenant's limits may list.
+const MaxLimits = 4
+
+// Limit is a LimitConfig resolved: a named quota.
+type Limit struct {
+	Name string
+	Quota
+}
+
+// Resolve returns l as a Limit: its Per turned into a rate.
+func (l LimitConfig) Resolve() Limit {
+	q := Quota{Rate: l.Rate, Burst: l.Burst}
+	if l.Per > 0 {
+		q.Rate = l.Burst / l.Per.Seconds()
+	}
+	return Limit{Name: l.Name, Quota: q}
+}
+
+// validateLimits checks a tier's or a tenant's limits, each named by its
+// path under path ("tiers.pro.limits[1].per: …"); groups are the names the
+// limits must not take.
+func validateLimits(path string, ls []LimitConfig, groups map[string]Quota) error {
+	var errs []error
+	if len(ls) > MaxLimits {
+		errs = append(errs, fmt.Errorf("%s: %d limits; at most %d", path, len(ls), MaxLimits))
+	}
+	seen := make(map[string]int, len(ls))
+	for i, l := range ls {
+		f := fmt.Sprintf("%s[%d]", path, i)
+		_, group := groups[l.Name]
+		switch j, dup := seen[l.Name]; {
+		case !validID(l.Name):
+			errs = append(errs, fmt.Errorf("%s.name: must be 1-64 letters, digits, '.', '_' or '-' (got %q)", f, clip(l.Name)))
+		case l.Name == "tenant" || group:
+			errs = append(errs, fmt.Errorf("%s.name: %q already names the tenant's bucket or a group's", f, l.Name))
+		case dup:
+			errs = append(errs, fmt.Errorf("%s.name: duplicate limit %q: also %s[%d]", f, l.Name, path, j))
+		}
+		seen[l.Name] = i
+		switch {
+		case l.Rate != 0 && l.Per != 0:
+			errs = append(errs, fmt.Errorf("%s: set rate or per, not both", f))
+		case l.Per == 0:
+			if err := l.Resolve().Quota.Validate(f); err != nil {
+				errs = append(errs, err)
+			}
+		case l.Per < time.Millisecond || l.Per.Seconds() > MaxRefill:
+			errs = append(errs, fmt.Errorf("%s.per: must be at least 1ms and at most %g s, got %v", f, float64(MaxRefill), l.Per))
+		case !(l.Burst >= 1) || l.Burst > MaxBurst:
+			errs = append(errs, fmt.Errorf("%s.burst: must be >= 1 and at most %g (tokens), got %v", f, float64(MaxBurst), l.Burst))
+		case l.Burst/l.Per.Seconds() > MaxRate:
+			errs = append(errs, fmt.Errorf("%s.per: burst/per is %g tokens a second; at most %g", f, l.Burst/l.Per.Seconds(), float64(MaxRate)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // DefaultCriticalReservePercent is the critical reserve above a tier's
@@ -108,6 +195,11 @@ type TenantConfig struct {
 	MaxConcurrent *int     `yaml:"max_concurrent,omitempty"`
 	// Weight overrides the tier's weight in fair shares.
 	Weight *float64 `yaml:"weight,omitempty"`
+	// Limits, when set, replace the tier's limits for this tenant (an
+	// empty list removes them).
+	Limits []LimitConfig `yaml:"limits,omitempty"`
+	// Shadow, when set, overrides the tier's shadow mode for this tenant.
+	Shadow *bool `yaml:"shadow,omitempty"`
 }
 
 // MaxRefill is the longest a bucket may take to refill from empty
@@ -158,6 +250,9 @@ func (c *Config) Validate() error {
 				errs = append(errs, err)
 			}
 		}
+		if err := validateLimits(f+".limits", t.Limits, t.Groups); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	ids := make(map[string]int, len(c.Tenants))
 	hashes := make(map[[32]byte]string, len(c.Tenants))
@@ -207,6 +302,11 @@ func (c *Config) Validate() error {
 		}
 		if w := tc.Weight; w != nil && !(*w > 0 && *w <= 1e6) {
 			bad(f+".weight", "must be in (0, 1000000]")
+		}
+		if tc.Limits != nil {
+			if err := validateLimits(f+".limits", tc.Limits, c.Tiers[tc.Tier].Groups); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

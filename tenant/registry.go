@@ -30,6 +30,12 @@ type Tenant struct {
 	// CriticalReserve is how many requests above MaxConcurrent its
 	// critical requests may hold (0 when there is no cap or no reserve).
 	CriticalReserve int
+	// Limits are the further buckets its requests are charged to with
+	// its own, all or nothing (the tenant's limits, else its tier's).
+	Limits []Limit
+	// Shadow is true when its rate quotas decide without refusing
+	// (the tenant's shadow, else its tier's).
+	Shadow bool
 }
 
 // CapFor returns the cap on the tenant's requests holding seats that
@@ -77,6 +83,17 @@ func NewRegistry(c Config) (*Registry, error) {
 		}
 		if tc.MaxConcurrent != nil {
 			t.MaxConcurrent = *tc.MaxConcurrent
+		}
+		ls := tier.Limits
+		if tc.Limits != nil {
+			ls = tc.Limits
+		}
+		for _, l := range ls {
+			t.Limits = append(t.Limits, l.Resolve())
+		}
+		t.Shadow = tier.Shadow
+		if tc.Shadow != nil {
+			t.Shadow = *tc.Shadow
 		}
 		t.Weight = tier.Weight
 		if tc.Weight != nil {

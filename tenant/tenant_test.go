@@ -3,8 +3,10 @@ package tenant
 import (
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func validConfig() Config {
@@ -50,6 +52,21 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"weight", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Weight: -2} }, "tiers.pro.weight: must be in (0, 1000000]"},
 		{"tenant weight", func(c *Config) { c.Tenants[0].Weight = &neg }, "tenants[0] (globex).weight: must be in (0, 1000000]"},
 		{"reserve", func(c *Config) { p := -5; c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, CriticalReservePercent: &p} }, "tiers.pro.critical_reserve_percent: must be in [0, 1000]"},
+		{"limit rate and per", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Rate: 1, Per: time.Hour}) }, "tiers.pro.limits[0]: set rate or per, not both"},
+		{"limit without refill", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10}) }, "tiers.pro.limits[0].rate: must be > 0"},
+		{"limit per", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: time.Microsecond}) }, "tiers.pro.limits[0].per: must be at least 1ms"},
+		{"limit burst", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 0.5, Per: time.Hour}) }, "tiers.pro.limits[0].burst: must be >= 1"},
+		{"limit name", func(c *Config) { proLimits(c, LimitConfig{Name: "da ily", Burst: 10, Per: time.Hour}) }, "tiers.pro.limits[0].name: must be 1-64 letters"},
+		{"limit named tenant", func(c *Config) { proLimits(c, LimitConfig{Name: "tenant", Burst: 10, Per: time.Hour}) }, `tiers.pro.limits[0].name: "tenant" already names`},
+		{"limit named like a group", func(c *Config) {
+			c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 10, Groups: map[string]Quota{"exports": {Rate: 1, Burst: 5}},
+				Limits: []LimitConfig{{Name: "exports", Burst: 10, Per: time.Hour}}}
+		}, `tiers.pro.limits[0].name: "exports" already names`},
+		{"duplicate limit", func(c *Config) {
+			proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: time.Hour}, LimitConfig{Name: "daily", Burst: 5, Rate: 1})
+		}, `tiers.pro.limits[1].name: duplicate limit "daily": also tiers.pro.limits[0]`},
+		{"too many limits", func(c *Config) { proLimits(c, make([]LimitConfig, MaxLimits+1)...) }, "tiers.pro.limits: 5 limits; at most 4"},
+		{"tenant limit", func(c *Config) { c.Tenants[0].Limits = []LimitConfig{{Name: "daily", Burst: 10, Per: -time.Hour}} }, "tenants[0] (globex).limits[0].per: must be at least 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +81,39 @@ func TestValidateNamesTheField(t *testing.T) {
 	c := validConfig()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
+	}
+}
+
+// proLimits sets the pro tier's limits.
+func proLimits(c *Config, ls ...LimitConfig) {
+	tc := c.Tiers["pro"]
+	tc.Limits = ls
+	c.Tiers["pro"] = tc
+}
+
+// TestLimitsAndShadowResolved: a tenant has its tier's limits and shadow
+// mode unless its own entry sets them; per becomes a rate.
+func TestLimitsAndShadowResolved(t *testing.T) {
+	c := validConfig()
+	proLimits(&c, LimitConfig{Name: "daily", Burst: 86400, Per: 24 * time.Hour}, LimitConfig{Name: "per-second", Burst: 100, Rate: 20})
+	tc := c.Tiers["pro"]
+	tc.Shadow = true
+	c.Tiers["pro"] = tc
+	off := false
+	c.Tenants = append(c.Tenants, TenantConfig{ID: "hooli", Tier: "pro", APIKeysSHA256: []string{HashKey("k3")},
+		Limits: []LimitConfig{}, Shadow: &off})
+	reg, err := NewRegistry(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	globex, _ := reg.ByID("globex")
+	want := []Limit{{Name: "daily", Quota: Quota{Rate: 1, Burst: 86400}}, {Name: "per-second", Quota: Quota{Rate: 20, Burst: 100}}}
+	if !slices.Equal(globex.Limits, want) || !globex.Shadow {
+		t.Fatalf("globex: limits %+v shadow %v, want %+v and shadow", globex.Limits, globex.Shadow, want)
+	}
+	hooli, _ := reg.ByID("hooli")
+	if len(hooli.Limits) != 0 || hooli.Shadow {
+		t.Fatalf("hooli: limits %+v shadow %v, want none and enforced (its own entry overrides the tier)", hooli.Limits, hooli.Shadow)
 	}
 }
 

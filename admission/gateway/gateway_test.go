@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fairgate/fairgate/deploy/examples"
 	"github.com/fairgate/fairgate/internal/fakeclock"
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // recorder is the upstream of the end-to-end tests: it records what it saw.
@@ -311,6 +313,9 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 		{name: "criticality typo", from: "criticality: sheddable\n", to: "criticality: shedable\n", want: `routes[2].criticality: shed: unknown criticality "shedable"`},
 		{name: "newline in a name", from: "  pro:\n", to: "  \"pr\\no\":\n", want: `tiers."pr\no": tier name must be`},
 		{name: "encoded_slashes", from: "routes:\n", to: "encoded_slashes: decode\nroutes:\n", want: `encoded_slashes: "decode" is not refuse or allow`},
+		{name: "limit per", from: proTier, to: proTier + "    limits: [{name: daily, burst: 1000, per: 0.5ms}]\n", want: "tiers.pro.limits[0].per: must be at least 1ms"},
+		{name: "limit field", from: proTier, to: proTier + "    limits: [{name: daily, burst: 1000, period: 24h}]\n", want: "tiers.pro.limits[0].period: unknown field (line "},
+		{name: "limit cost", from: proTier, to: proTier + "    limits: [{name: minute, burst: 3, per: 1m}]\n", want: "routes[1].cost: 5 is above tenant globex's limits.minute.burst (3)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,6 +345,33 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// proTier is the pro tier's quota in the demo config.
+const proTier = "  pro:\n    burst: 100\n    rate: 20\n"
+
+// TestLimitsAndShadowParse: limits (by rate or per) and shadow load from
+// the file onto tiers, tenants and routes.
+func TestLimitsAndShadowParse(t *testing.T) {
+	doc := strings.Replace(string(examples.Demo), proTier, proTier+
+		"    shadow: true\n    limits:\n      - {name: per-second, burst: 50, rate: 10}\n      - {name: daily, burst: 100000, per: 24h}\n", 1)
+	doc = strings.Replace(doc, "    cost: 5\n", "    cost: 5\n    shadow: true\n", 1)
+	cfg, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tenant.NewRegistry(cfg.Tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	globex, _ := reg.ByID("globex")
+	want := []tenant.Limit{{Name: "per-second", Quota: tenant.Quota{Rate: 10, Burst: 50}}, {Name: "daily", Quota: tenant.Quota{Rate: 100000.0 / 86400, Burst: 100000}}}
+	if !slices.Equal(globex.Limits, want) || !globex.Shadow {
+		t.Fatalf("globex: limits %+v, shadow %v; want %+v in shadow", globex.Limits, globex.Shadow, want)
+	}
+	if !cfg.Admission.Routes[1].Shadow || cfg.Admission.Routes[0].Shadow {
+		t.Fatalf("routes: %+v, want the second in shadow", cfg.Admission.Routes)
 	}
 }
 

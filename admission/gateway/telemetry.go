@@ -177,13 +177,32 @@ func NewTracerProvider(ctx context.Context, cfg *TracingConfig, getenv func(stri
 	}
 	tail := tailsample.New(next, tailsample.Config{
 		Ratio: ratio,
-		Keep:  tailsample.KeepAttr(admission.AttrDecision, admission.OutcomeAdmit),
+		Keep:  keepRoot,
 	})
 	return sdktrace.NewTracerProvider(
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithSpanProcessor(tail),
 		sdktrace.WithResource(res),
 	), nil
+}
+
+// keepRoot is the tail sampler's rule: keep every trace of a rejected
+// request (or an error, as tailsample.KeepAttr), and of a request shadow
+// mode admitted, which is what a shadow rollout is looked at for; the
+// others at the ratio.
+func keepRoot(s sdktrace.ReadOnlySpan) bool {
+	if s.Status().Code == codes.Error {
+		return true
+	}
+	for _, kv := range s.Attributes() {
+		switch {
+		case kv.Key == admission.AttrDecision && kv.Value.AsString() != admission.OutcomeAdmit:
+			return true
+		case kv.Key == admission.AttrShadowReject && kv.Value.AsBool():
+			return true
+		}
+	}
+	return false
 }
 
 // telemetry is the server's tracer, propagator and metrics.

@@ -18,9 +18,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/internal/tracelog"
 	"github.com/fairgate/fairgate/tenant"
 )
@@ -307,5 +309,24 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 	// Not vacuous: the requests were counted, under the labels allowed.
 	if n, _ := sample(mfs, "fairgate_decisions_total", map[string]string{"tenant": "globex", "route": "unmatched"}); n != 150 {
 		t.Fatalf("globex's unmatched decisions counted %v, want 150", n)
+	}
+}
+
+// TestKeepRootKeepsShadowRejections: the tail sampler keeps every
+// rejected trace and every trace shadow mode admitted, and leaves plain
+// admissions to the ratio.
+func TestKeepRootKeepsShadowRejections(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		attrs []attribute.KeyValue
+		keep  bool
+	}{
+		{"admitted", []attribute.KeyValue{admission.AttrDecision.String(admission.OutcomeAdmit)}, false},
+		{"rejected", []attribute.KeyValue{admission.AttrDecision.String(admission.OutcomeReject)}, true},
+		{"shadow", []attribute.KeyValue{admission.AttrShadowReject.Bool(true), admission.AttrDecision.String(admission.OutcomeAdmit)}, true},
+	} {
+		if got := keepRoot(tracetest.SpanStub{Name: admission.SpanRequest, Attributes: tc.attrs}.Snapshot()); got != tc.keep {
+			t.Errorf("%s: keep %v, want %v", tc.name, got, tc.keep)
+		}
 	}
 }

@@ -38,15 +38,18 @@
 // bucket is named by the values the request sent), as in
 // envoyproxy/ratelimit.
 //
-// Bucket keys are scoped by the domain and the request's descriptor path;
-// a long path is hashed, so neither memory per bucket nor a Redis key grows
-// with what a client sends. Metric labels use the configured path (bounded
-// by the config), never the request's values.
+// Bucket keys are scoped by the domain (the Redis store's hash tag: a
+// domain's buckets share one slot of a cluster) and the request's
+// descriptor path; a long path is hashed, so neither memory per bucket nor
+// a Redis key grows with what a client sends. Metric labels use the
+// configured path (bounded by the config), never the request's values.
 //
 // # Several descriptors
 //
-// Each descriptor of a request is its own bucket and takes its tokens on
-// its own, as in envoyproxy/ratelimit: a request refused by one descriptor
-// has still been charged by the others that admitted it. (Taking them
-// atomically waits for the store's multi-bucket take.)
+// The descriptors of one request are charged all or nothing, in one
+// ratelimit.MultiStore TakeAll (one lock embedded, one Lua call on Redis):
+// a request refused by one descriptor costs the others nothing, unlike
+// envoyproxy/ratelimit, which charges each on its own. Descriptors in
+// shadow mode are taken with the others, as if enforced; when only they
+// refuse, the request is OK and the enforced descriptors are charged.
 package rls

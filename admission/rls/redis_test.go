@@ -74,20 +74,36 @@ func TestInstancesOnOneRedisAdmitAsOne(t *testing.T) {
 	}
 }
 
-// TestRedisCluster: on a three-master Redis Cluster, buckets of many
-// descriptors spread over the slots (each bucket its own hash tag) and
-// every one still admits exactly its limit.
+// TestRedisCluster: on a three-master Redis Cluster, each domain's
+// buckets share one hash slot (so that a request's descriptors are
+// charged in one Lua call), domains spread over the masters, and every
+// bucket still admits exactly its limit, a request of two descriptors all
+// or nothing.
 func TestRedisCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	rules := mustRules(t, Source{"q.yaml", []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
-	h := start(t, Config{}, rules, Options{Store: newRedisStore(t, cl.Addrs()...)})
-	for u := range 20 {
-		user := "u" + strconv.Itoa(u)
-		for i := range 4 {
-			resp := h.call(t, request("q", 0, desc("user", user)))
-			if want := i == 3; (resp.OverallCode == over) != want {
-				t.Fatalf("%s call %d: %v", user, i+1, resp.OverallCode)
+	var srcs []Source
+	for d := range 12 {
+		name := "q" + strconv.Itoa(d)
+		srcs = append(srcs, Source{name + ".yaml", []byte("domain: " + name + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n" +
+			"  - key: team\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")})
+	}
+	h := start(t, Config{}, mustRules(t, srcs...), Options{Store: newRedisStore(t, cl.Addrs()...)})
+	for d := range 12 {
+		domain := "q" + strconv.Itoa(d)
+		for u := range 2 {
+			user := "u" + strconv.Itoa(u)
+			for i := range 4 {
+				resp := h.call(t, request(domain, 0, desc("user", user), desc("team", "t")))
+				// The team's 5 bind on u1's third call; u0 took 3.
+				want := i == 3 || u == 1 && i == 2
+				if (resp.OverallCode == over) != want {
+					t.Fatalf("%s %s call %d: %v", domain, user, i+1, resp)
+				}
 			}
+		}
+		// u1 was charged twice (its refused calls took nothing).
+		if resp := h.call(t, request(domain, 0, desc("user", "u1"))); resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("%s: u1 alone: %v, want its last token", domain, resp)
 		}
 	}
 	holding := 0
@@ -97,6 +113,6 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 	if holding < 2 {
-		t.Fatalf("20 buckets on %d of 3 masters, want them spread", holding)
+		t.Fatalf("12 domains' buckets on %d of 3 masters, want them spread", holding)
 	}
 }

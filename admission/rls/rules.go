@@ -37,6 +37,9 @@ type level struct {
 	exact map[entryKey]*node
 	wild  []*node // value ends in "*"; sorted by prefix length, longest first
 	byKey map[string]*node
+	// tag is, on a domain's top level, the Tenant of the domain's buckets
+	// (domainTag), made once rather than per call.
+	tag string
 }
 
 type entryKey struct{ key, value string }
@@ -159,6 +162,7 @@ func ParseRules(srcs ...Source) (*Rules, error) {
 			continue
 		}
 		from[f.Domain] = s.Name
+		lvl.tag = domainTag(f.Domain)
 		r.domains[f.Domain] = lvl
 	}
 	if len(errs) > 0 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,7 @@ const (
 	OutcomeShadowReject = "shadow_reject" // would have been OVER_LIMIT; answered OK (shadow mode)
 	OutcomeUnlimited    = "unlimited"     // rate_limit: {unlimited: true}, or replaced by another limit
 	OutcomeNoLimit      = "no_limit"      // no configured limit (or unknown domain)
+	OutcomeNotCharged   = "not_charged"   // limited, but not asked: another descriptor's limit of zero refused the request
 )
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService. Build it
@@ -94,7 +96,8 @@ type verdict struct {
 }
 
 // ShouldRateLimit decides a request: each descriptor on its own bucket,
-// OVER_LIMIT overall if any descriptor not in shadow mode is over. A
+// the buckets charged all or nothing (see charge), OVER_LIMIT overall if
+// any descriptor not in shadow mode is over. A
 // malformed request is InvalidArgument; a store that cannot decide (the
 // Redis store under fail_closed) is Unavailable, so Envoy's
 // failure_mode_deny decides what the client sees.
@@ -140,33 +143,44 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 			}
 		}
 	}
-	var decider *verdict
-	for i, d := range req.Descriptors {
+	// Classify, then charge every limited descriptor's bucket at once.
+	var pending []int // verdicts whose buckets the store is asked for
+	blocked := false  // an enforced limit of zero refuses the request
+	for i := range vs {
 		v := &vs[i]
 		switch {
 		case v.rule == nil:
-			continue
 		case v.rule.unlimited, v.rule.configuredName != "" && replaced[v.rule.configuredName]:
 			v.outcome = OutcomeUnlimited
-			continue
 		case v.rule.requestsPerUnit == 0:
 			// A limit of zero refuses everything; no bucket to ask.
 			v.res = ratelimit.Result{RetryAfter: v.rule.window, ResetAfter: v.rule.window}
+			v.over = true
+			blocked = blocked || !s.shadowed(v)
 		default:
-			r, err := s.store.Take(ctx, bucketKey(req.Domain, d.Entries), v.rule.limit, v.cost)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, v, nil, status.FromContextError(ctx.Err()).Err()
-				}
-				return nil, v, nil, status.Errorf(codes.Unavailable, "rls: rate store: %v", err)
-			}
-			v.res = r
+			pending = append(pending, i)
 		}
-		v.over = !v.res.Allowed
+	}
+	if blocked {
+		// Charging the others would charge a refused request.
+		for _, i := range pending {
+			vs[i].outcome = OutcomeNotCharged
+		}
+	} else if len(pending) > 0 { // so tree is not nil
+		if err := s.charge(ctx, req, tree.tag, vs, pending); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	var decider *verdict
+	for i := range vs {
+		v := &vs[i]
+		if v.rule == nil || v.outcome == OutcomeUnlimited || v.outcome == OutcomeNotCharged {
+			continue
+		}
 		v.outcome = OutcomeAdmit
 		if v.over {
 			v.outcome = OutcomeReject
-			if v.shadow || s.shadow {
+			if s.shadowed(v) {
 				v.outcome = OutcomeShadowReject
 			}
 		}
@@ -175,6 +189,117 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		}
 	}
 	return s.response(vs, decider), decider, vs, nil
+}
+
+// shadowed reports whether v's descriptor is in shadow mode (its own
+// shadow_mode, or rls.shadow).
+func (s *Service) shadowed(v *verdict) bool { return v.shadow || s.shadow }
+
+// charge takes the buckets of the verdicts at pending (at least one), all
+// or nothing, as the HTTP path takes a tenant's buckets: a request is
+// charged only when every descriptor not in shadow mode has room, so a
+// refused request costs none of its descriptors anything, and "retry
+// after 2 s" is not followed by "retry after 40 s" because another
+// descriptor's bucket was emptied by the refused calls. Shadow descriptors
+// are taken with the others, as they would be enforced, so their figures
+// are real; when only they refuse, the request is admitted and the
+// enforced descriptors are charged by a second call. Two descriptors with
+// the same entries are one bucket, charged their costs' sum.
+func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) error {
+	if len(pending) == 1 { // the common call: one Take, nothing to gather
+		v := &vs[pending[0]]
+		r, err := s.store.Take(ctx, bucketKey(tag, req.Descriptors[pending[0]].Entries), v.rule.limit, v.cost)
+		if err != nil {
+			return storeError(ctx, err)
+		}
+		v.res, v.over = r, !r.Allowed
+		return nil
+	}
+	takes := make([]ratelimit.Take, 0, len(pending))
+	of := make([]int, len(pending)) // pending[j]'s take
+	for j, i := range pending {
+		k := bucketKey(tag, req.Descriptors[i].Entries)
+		of[j] = -1
+		for t := range takes {
+			if takes[t].Key == k {
+				of[j] = t
+				takes[t].Cost += vs[i].cost
+			}
+		}
+		if of[j] < 0 {
+			of[j] = len(takes)
+			takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].rule.limit, Cost: vs[i].cost})
+		}
+	}
+	res, err := s.takeAll(ctx, takes)
+	if err != nil {
+		return err
+	}
+	enforcedOver, shadowOver := false, false
+	for j, i := range pending {
+		v := &vs[i]
+		v.res = res[of[j]]
+		v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(takes) == 1)
+		enforcedOver = enforcedOver || v.over && !s.shadowed(v)
+		shadowOver = shadowOver || v.over && s.shadowed(v)
+	}
+	if enforcedOver || !shadowOver {
+		return nil
+	}
+	// Only shadow descriptors refused: the request is admitted, so its
+	// enforced descriptors pay.
+	var enforced []ratelimit.Take
+	var which []int
+	for j, i := range pending {
+		if !s.shadowed(&vs[i]) && !slices.Contains(which, of[j]) {
+			enforced, which = append(enforced, takes[of[j]]), append(which, of[j])
+		}
+	}
+	if len(enforced) == 0 {
+		return nil
+	}
+	if res, err = s.takeAll(ctx, enforced); err != nil {
+		return err
+	}
+	for j, i := range pending {
+		if v := &vs[i]; !s.shadowed(v) {
+			v.res = res[slices.Index(which, of[j])]
+			v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(enforced) == 1)
+		}
+	}
+	return nil
+}
+
+// takeAll takes takes all or nothing: one TakeAll when the store can
+// (the embedded and the Redis stores), else one Take each (not atomic). A
+// store error is Unavailable; a cancelled call its context's status.
+func (s *Service) takeAll(ctx context.Context, takes []ratelimit.Take) ([]ratelimit.Result, error) {
+	var res []ratelimit.Result
+	var err error
+	if ms, ok := s.store.(ratelimit.MultiStore); ok && len(takes) > 1 {
+		res, err = ms.TakeAll(ctx, takes)
+	} else {
+		res = make([]ratelimit.Result, len(takes))
+		for i, t := range takes {
+			if res[i], err = s.store.Take(ctx, t.Key, t.Limit, t.Cost); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return nil, storeError(ctx, err)
+	}
+	return res, nil
+}
+
+// storeError is the status of a call the store could not decide: its
+// context's when cancelled, else Unavailable (so Envoy's
+// failure_mode_deny decides).
+func storeError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Errorf(codes.Unavailable, "rls: rate store: %v", err)
 }
 
 // rank orders verdicts for choosing the one that decided the call: a
@@ -287,21 +412,20 @@ func overrideRule(o *ratelimitOverride, n *node) *rule {
 // nor Redis key space.
 const maxPath = 128
 
-// bucketKey names a descriptor's bucket: the domain and the request's
-// entries, each length-prefixed so that no two paths collide. Tenant
-// carries both (the Redis store hashes it into the key's hash tag, so
-// buckets spread over a cluster's slots); the "rls\x00" prefix keeps them
-// apart from tenants' buckets, whose IDs hold no NUL.
-func bucketKey(domain string, entries []*ratelimitEntry) ratelimit.BucketKey {
-	n := len(domain) + 8
+// bucketKey names a descriptor's bucket. Tenant is the domain (the Redis
+// store hashes it into the key's hash tag), so that every bucket a request
+// may be charged to is in one slot of a Redis Cluster and one TakeAll
+// (one Lua call) charges them all or none; the "rls\x00" prefix keeps
+// them apart from tenants' buckets, whose IDs hold no NUL. Scope is the
+// request's entries, each length-prefixed so that no two paths collide,
+// hashed when long. The price: on a cluster a domain's buckets live on
+// one master; several domains spread over several.
+func bucketKey(tag string, entries []*ratelimitEntry) ratelimit.BucketKey {
+	n := 0
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 8
 	}
 	b := make([]byte, 0, n)
-	b = append(b, "rls\x00"...)
-	b = strconv.AppendInt(b, int64(len(domain)), 10)
-	b = append(b, ':')
-	b = append(b, domain...)
 	for _, e := range entries {
 		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
 		b = append(b, ':')
@@ -310,12 +434,16 @@ func bucketKey(domain string, entries []*ratelimitEntry) ratelimit.BucketKey {
 		b = append(b, ':')
 		b = append(b, e.Value...)
 	}
+	k := ratelimit.BucketKey{Tenant: tag, Scope: string(b)}
 	if len(b) > maxPath {
 		sum := sha256.Sum256(b)
-		return ratelimit.BucketKey{Tenant: "rls\x00#" + hex.EncodeToString(sum[:16])}
+		k.Scope = "#" + hex.EncodeToString(sum[:16])
 	}
-	return ratelimit.BucketKey{Tenant: string(b)}
+	return k
 }
+
+// domainTag is the Tenant of domain's buckets (see bucketKey).
+func domainTag(domain string) string { return "rls\x00" + domain }
 
 // response builds the answer from the verdicts.
 func (s *Service) response(vs []verdict, decider *verdict) *rlsv3.RateLimitResponse {

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -104,8 +105,10 @@ func TestEdgeConfig(t *testing.T) {
 		step{name: "login 3", req: request("edge", 0, desc("path", "/login")), overall: ok, remaining: rem(0), reset: resets(time.Minute)},
 		step{name: "login 4 over", req: request("edge", 0, desc("path", "/login")), overall: over, remaining: rem(0), reset: resets(20 * time.Second)},
 		step{name: "other path: no limit", req: request("edge", 0, desc("path", "/other")), overall: ok, remaining: rem(-1)},
+		// All or nothing: the address's bucket is not charged for a
+		// request /login refuses.
 		step{name: "two descriptors, one over", req: request("edge", 0, desc("remote_address", "9.9.9.9"), desc("path", "/login")),
-			overall: over, codes: codesOf(ok, over), remaining: rem(4, 0)},
+			overall: over, codes: codesOf(ok, over), remaining: rem(5, 0)},
 		step{name: "unknown key leaves the tree", req: request("edge", 0, desc("remote_address", "1.1.1.1", "extra", "x")), overall: ok, remaining: rem(-1)},
 	)
 	runSteps(t, h, steps)
@@ -297,6 +300,104 @@ func TestShadowMatchesEnforcement(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(tel.decisions.WithLabelValues("rollout", "user", OutcomeReject)); n != 0 {
 		t.Fatalf("shadow descriptor counted %v rejections", n)
+	}
+}
+
+// TestDescriptorsAllOrNothing: several descriptors of one request are
+// charged in one TakeAll: a request one refuses charges none; a shadow
+// descriptor that refuses lets the request through and its enforced
+// descriptors pay; an enforced limit of zero refuses without charging the
+// others; one bucket named twice is charged both costs.
+func TestDescriptorsAllOrNothing(t *testing.T) {
+	rules := mustRules(t, Source{"a.yaml", []byte(`domain: a
+descriptors:
+  - {key: user, rate_limit: {unit: minute, requests_per_unit: 5}}
+  - {key: path, value: /login, rate_limit: {name: login, unit: minute, requests_per_unit: 2}}
+  - {key: path, value: /beta, shadow_mode: true, rate_limit: {name: beta, unit: minute, requests_per_unit: 1}}
+  - {key: path, value: /closed, rate_limit: {unit: minute, requests_per_unit: 0}}
+`)})
+	h := start(t, Config{}, rules, Options{})
+	ann, login := func() *commonrl.RateLimitDescriptor { return desc("user", "ann") }, func() *commonrl.RateLimitDescriptor { return desc("path", "/login") }
+	runSteps(t, h, []step{
+		{name: "both 1", req: request("a", 0, ann(), login()), overall: ok, remaining: rem(4, 1)},
+		{name: "both 2", req: request("a", 0, ann(), login()), overall: ok, remaining: rem(3, 0)},
+		{name: "login over: ann not charged", req: request("a", 0, ann(), login()), overall: over, codes: codesOf(ok, over), remaining: rem(3, 0)},
+		{name: "login over again", req: request("a", 0, ann(), login()), overall: over, codes: codesOf(ok, over), remaining: rem(3, 0)},
+		{name: "ann alone: the refusals took nothing", req: request("a", 0, ann()), overall: ok, remaining: rem(2)},
+		{name: "beta 1", req: request("a", 0, ann(), desc("path", "/beta")), overall: ok, remaining: rem(1, 0)},
+		{name: "beta over in shadow: admitted, ann pays", req: request("a", 0, ann(), desc("path", "/beta")), overall: ok, codes: codesOf(ok, ok), remaining: rem(0, 0)},
+		{name: "closed refuses, ann's state not asked", advance: time.Minute, req: request("a", 0, ann(), desc("path", "/closed")), overall: over, codes: codesOf(ok, over), remaining: rem(-1, 0)},
+		{name: "ann untouched by the closed path", req: request("a", 0, ann()), overall: ok, remaining: rem(4)},
+		{name: "one bucket twice: both costs", req: request("a", 0, ann(), ann()), overall: ok, remaining: rem(2, 2)},
+		{name: "one bucket twice, over: none taken", req: request("a", 2, ann(), ann()), overall: over, remaining: rem(2, 2)},
+	})
+}
+
+// TestShadowMirrorsEnforcementSeveralDescriptors: a seeded stream of
+// calls of one to three descriptors through an enforcing service (the
+// negative control: it must refuse some) and through one with rls.shadow:
+// the shadow service answers OK to every call, reports the same remaining
+// tokens for every descriptor (a call enforcement refuses is charged to
+// none of its descriptors in either), and counts as shadow_reject exactly
+// the descriptors enforcement refused.
+func TestShadowMirrorsEnforcementSeveralDescriptors(t *testing.T) {
+	rules := mustRules(t, Source{"m.yaml", []byte(`domain: m
+descriptors:
+  - {key: user, rate_limit: {unit: second, requests_per_unit: 4}}
+  - {key: path, value: /login, rate_limit: {name: login, unit: minute, requests_per_unit: 20}}
+  - {key: team, rate_limit: {unit: second, requests_per_unit: 6}}
+`)})
+	var tels [2]*Telemetry
+	var hs [2]*harness
+	for i, cfg := range []Config{{}, {Shadow: true}} {
+		tel, err := NewTelemetry(TelemetryOptions{Metrics: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tels[i], hs[i] = tel, start(t, cfg, rules, Options{Telemetry: tel})
+	}
+	rng := rand.New(rand.NewPCG(14, 3))
+	pool := []func() *commonrl.RateLimitDescriptor{
+		func() *commonrl.RateLimitDescriptor { return desc("user", "ann") },
+		func() *commonrl.RateLimitDescriptor { return desc("user", "bo") },
+		func() *commonrl.RateLimitDescriptor { return desc("path", "/login") },
+		func() *commonrl.RateLimitDescriptor { return desc("team", "t") },
+	}
+	overCalls := 0
+	for i := range 400 {
+		wait := time.Duration(rng.IntN(150)) * time.Millisecond
+		var ds []*commonrl.RateLimitDescriptor
+		for _, j := range rng.Perm(len(pool))[:1+rng.IntN(3)] {
+			ds = append(ds, pool[j]())
+		}
+		var resp [2]*rlsv3.RateLimitResponse
+		for k, h := range hs {
+			h.clock.Advance(wait)
+			resp[k] = h.call(t, request("m", 0, ds...))
+		}
+		if resp[1].OverallCode != ok {
+			t.Fatalf("call %d: shadow service answered %v", i, resp[1].OverallCode)
+		}
+		if resp[0].OverallCode == over {
+			overCalls++
+		}
+		for j := range ds {
+			if e, s := resp[0].Statuses[j].LimitRemaining, resp[1].Statuses[j].LimitRemaining; e != s {
+				t.Fatalf("call %d descriptor %d: enforced remaining %d, shadow %d", i, j, e, s)
+			}
+		}
+	}
+	sum := func(tel *Telemetry, outcome string) float64 {
+		n := 0.0
+		for _, d := range []string{"user", "path=/login", "team"} {
+			n += testutil.ToFloat64(tel.decisions.WithLabelValues("m", d, outcome))
+		}
+		return n
+	}
+	rejected, shadowRejected := sum(tels[0], OutcomeReject), sum(tels[1], OutcomeShadowReject)
+	t.Logf("400 calls: %d refused by enforcement, %v descriptors over", overCalls, rejected)
+	if overCalls < 20 || rejected != shadowRejected || sum(tels[1], OutcomeReject) != 0 {
+		t.Fatalf("enforcement refused %d calls, %v descriptors; shadow counted %v shadow_reject: want equal and some", overCalls, rejected, shadowRejected)
 	}
 }
 

@@ -35,7 +35,7 @@ const (
 
 // DefaultShadowLogEvery is the least time between two log lines about one
 // descriptor's shadow rejections.
-const DefaultShadowLogEvery = 10 * time.Second
+const DefaultShadowLogEvery = admission.DefaultShadowLogEvery
 
 // Telemetry records the service's spans and metrics. Build it with
 // NewTelemetry; a nil *Telemetry records nothing. Safe for concurrent use.
@@ -90,7 +90,7 @@ func NewTelemetry(o TelemetryOptions) (*Telemetry, error) {
 	if o.Metrics != nil {
 		t.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rls_decisions_total",
-			Help: "Envoy rate limit service decisions, one per request descriptor, by domain, configured descriptor and outcome (admit, reject, shadow_reject, unlimited, no_limit).",
+			Help: "Envoy rate limit service decisions, one per request descriptor, by domain, configured descriptor and outcome (admit, reject, shadow_reject, unlimited, no_limit, not_charged).",
 		}, []string{"domain", "descriptor", "outcome"})
 		t.calls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fairgate_rls_call_seconds",
