@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"maps"
 
@@ -13,8 +14,15 @@ import (
 // Reload checks cfg and reg and, when both are good, makes them the gate's
 // configuration for every request decided from now on. On error the old
 // configuration stays. Buckets are kept: a changed quota applies to the
-// tokens a tenant already has.
-func (g *Gate) Reload(cfg Config, reg *tenant.Registry) error {
+// tokens a tenant already has, and never refills them.
+//
+// With a shared store (Redis), the buckets whose new limit is full later
+// than their old one are relimited in the store, within ctx. If that
+// fails, the new configuration is in force all the same (it is not undone
+// for a store's trouble): the failure is logged, and those buckets may come
+// back full at the instant they would have been full under their old
+// limit.
+func (g *Gate) Reload(ctx context.Context, cfg Config, reg *tenant.Registry) error {
 	if reg == nil {
 		return errors.New("admission: nil tenant registry")
 	}
@@ -30,7 +38,7 @@ func (g *Gate) Reload(cfg Config, reg *tenant.Registry) error {
 	if err := g.checkLayerChange(cfg); err != nil {
 		return err
 	}
-	g.cfg.Store(c)
+	old := g.cfg.Swap(c)
 	g.layerCfg = layerConfig{Bulkhead: cfg.Bulkhead, Adaptive: cfg.Adaptive, Shedding: cfg.Shedding}
 	if g.pools != nil && g.limiter == nil {
 		g.pools.SetTotal(cfg.Bulkhead.Total) // seated requests keep their seats
@@ -38,8 +46,15 @@ func (g *Gate) Reload(cfg Config, reg *tenant.Registry) error {
 	// A quota change must not refill a bucket: a store that forgets full
 	// buckets learns the new limits, so it forgets them when they are full
 	// under those.
-	if s, ok := g.store.(relimiter); ok {
+	switch s := g.store.(type) {
+	case relimiter:
 		s.Relimit(c.limitOf)
+	case sharedRelimiter:
+		if changed := c.laterFull(old); len(changed) > 0 {
+			if err := s.Relimit(ctx, changed); err != nil {
+				g.log.Warn("admission: reload: buckets whose rate went down may come back full early", "buckets", len(changed), "err", err.Error())
+			}
+		}
 	}
 	g.unauth.Relimit(c.unauthLimitOf)
 	return nil
@@ -49,6 +64,33 @@ func (g *Gate) Reload(cfg Config, reg *tenant.Registry) error {
 // limits (ratelimit.MemoryStore).
 type relimiter interface {
 	Relimit(limitOf func(ratelimit.BucketKey) (ratelimit.Limit, bool))
+}
+
+// sharedRelimiter is a store whose buckets expire when full and that must
+// hear of the buckets whose limit changed (redisstore.Store): it cannot
+// walk its buckets as the embedded store does, and needs not, since the
+// configuration names every bucket that can have changed.
+type sharedRelimiter interface {
+	Relimit(ctx context.Context, limits map[ratelimit.BucketKey]ratelimit.Limit) error
+}
+
+// laterFull returns the rate-layer buckets of c (each tenant's own and its
+// groups') that a bucket under old's limit would leave expiring before it is
+// full: a lower rate, a larger burst, or a limit old did not have.
+func (c *compiled) laterFull(old *compiled) map[ratelimit.BucketKey]ratelimit.Limit {
+	out := map[ratelimit.BucketKey]ratelimit.Limit{}
+	add := func(k ratelimit.BucketKey, l ratelimit.Limit) {
+		if was, ok := old.limitOf(k); !ok || l.Rate < was.Rate || l.Burst > was.Burst {
+			out[k] = l
+		}
+	}
+	for _, t := range c.reg.Tenants() {
+		add(ratelimit.BucketKey{Tenant: t.ID}, ratelimit.Limit{Rate: t.Rate, Burst: t.Burst})
+		for g, q := range t.Groups {
+			add(ratelimit.BucketKey{Tenant: t.ID, Scope: g}, ratelimit.Limit{Rate: q.Rate, Burst: q.Burst})
+		}
+	}
+	return out
 }
 
 // limitOf returns the limit of a rate-layer bucket under c: the global

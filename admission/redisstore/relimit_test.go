@@ -126,4 +126,3 @@ func pttl(t *testing.T, s *Store, k ratelimit.BucketKey) int64 {
 	}
 	return d.Milliseconds()
 }
-
