@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
+	"github.com/fairgate/fairgate/admission/redisstore"
 )
 
 // scriptedStore answers each take with the next of its answers.
@@ -83,5 +84,54 @@ func TestInvalidTakeIs500(t *testing.T) {
 	d := check(t, g, req("start-key", "GET", "/api/v1/search"))
 	if d.Status != http.StatusInternalServerError || d.Reason != ReasonInvalidTake {
 		t.Fatalf("%d %v, want 500 invalid_take", d.Status, d.Reason)
+	}
+}
+
+// TestSharedEstimateHeaders (issue 12): in Redis sync mode, and under the
+// Local policy, a decision's Remaining is this instance's share of the
+// bucket (sync: its allowance until the next reconciliation), not the
+// bucket's tokens, and neither bound them: with two instances a full bucket
+// of 25 was reported as "r=7" after a request of 5, while it held 20, and
+// after other instances' takes a share can exceed what the bucket holds.
+// The headers say only what is known: the policy, and no state. With one
+// instance the share is the bucket and it is told (sync: at most the
+// bucket's tokens, what this instance will admit).
+func TestSharedEstimateHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cfg       redisstore.Config
+		wantState string
+	}{
+		{"sync, 2 instances", redisstore.Config{Mode: redisstore.Sync, Instances: 2}, ""},
+		{"sync, 1 instance", redisstore.Config{Mode: redisstore.Sync, Instances: 1}, `"tenant";r=20;t=1`},
+		{"local policy, 2 instances", redisstore.Config{FailurePolicy: redisstore.Local, Instances: 2}, ""},
+		{"local policy, 1 instance", redisstore.Config{FailurePolicy: redisstore.Local, Instances: 1}, `"tenant";r=20;t=1`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, srv := newRedisStore(t, tc.cfg)
+			if tc.cfg.Mode != redisstore.Sync {
+				srv.Kill() // every decision by the policy
+			}
+			g, err := New(testConfig(), testRegistry(t), Options{Store: store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/api/v1/search", nil)
+			r.Header.Set("X-API-Key", "start-key")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d, want 200", w.Code)
+			}
+			for k, want := range map[string]string{"Ratelimit-Policy": `"tenant";q=25;w=5`, "Ratelimit": tc.wantState} {
+				if got := w.Header().Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+			if got, want := w.Header().Get("Ratelimit-Remaining") != "", tc.wantState != ""; got != want {
+				t.Errorf("Ratelimit-Remaining = %q, want present %v", w.Header().Get("Ratelimit-Remaining"), want)
+			}
+		})
 	}
 }

@@ -41,18 +41,7 @@ func TestReloadDoesNotRefill(t *testing.T) {
 // initech's burst of 25 is full again 50 ms after it is emptied at 500/s,
 // but 50 s after at 0.5/s.
 func TestReloadDoesNotRefillRedis(t *testing.T) {
-	srv := redistest.StartServer(t)
-	cfg := redisstore.Config{Addrs: []string{srv.Addr()}, Timeout: time.Second, FailurePolicy: redisstore.FailClosed, DenyCacheSize: -1}
-	client, err := redisstore.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client, cfg, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store, _ := newRedisStore(t, redisstore.Config{FailurePolicy: redisstore.FailClosed, DenyCacheSize: -1})
 	g, err := New(testConfig(), testRegistryStarterRate(t, 500), Options{Store: store})
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +67,29 @@ func TestReloadDoesNotRefillRedis(t *testing.T) {
 	if d := check(); d.Quotas[0].Remaining > 2 {
 		t.Fatalf("after the reload: allowed %v, %v tokens left; want < 2 (less than a token, and 0.05 refilled at 0.5/s)", d.Allowed, d.Quotas[0].Remaining)
 	}
+}
+
+// newRedisStore starts a redis-server and returns it and a Store on it with
+// cfg (its Addrs set, and a Timeout of 1s unless set: these tests are about
+// the answers, not deadlines), closed when t ends.
+func newRedisStore(t *testing.T, cfg redisstore.Config) (*redisstore.Store, *redistest.Server) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	cfg.Addrs = []string{srv.Addr()}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Second
+	}
+	client, err := redisstore.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client, cfg, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return store, srv
 }
 
 // TestLaterFull: the buckets a reload must relimit in a shared store are
