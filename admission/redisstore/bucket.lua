@@ -5,7 +5,9 @@
 -- doubles, struct.pack '<ddd' (tokens, last refill instant in µs, and the
 -- instant in µs at which the key expires); a missing key is a full bucket.
 -- A 16-byte '<dd' value (written before the expiry was kept) reads as
--- expiring at 0.
+-- expiring at 0, and a script that expects '<dd' reads the first two of
+-- '<ddd': instances of both versions can share a Redis while a fleet
+-- is upgraded.
 
 -- clock returns the Redis server's time in µs, so that every instance
 -- shares one clock.

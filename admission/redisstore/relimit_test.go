@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -125,4 +126,29 @@ func pttl(t *testing.T, s *Store, k ratelimit.BucketKey) int64 {
 		t.Fatalf("PTTL %v = %v, %v; want a TTL", k, d, err)
 	}
 	return d.Milliseconds()
+}
+
+// TestRelimitAfterScriptFlush: a node that lost its scripts between the
+// load and the pipeline (restarted, flushed) gets them again by EVAL.
+func TestRelimitAfterScriptFlush(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed }, Options{})
+	k := ratelimit.BucketKey{Tenant: "flushed"}
+	mustTakeAll(t, s, []ratelimit.Take{{Key: k, Limit: ratelimit.Limit{Rate: 1000, Burst: 50}, Cost: 50}}, true)
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := relimitCalls(map[ratelimit.BucketKey]ratelimit.Limit{k: {Rate: 5, Burst: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.relimitPipelined(context.Background(), calls); err != nil {
+		t.Fatalf("relimit after SCRIPT FLUSH: %v", err)
+	}
+	if ms := pttl(t, s, k); ms < 9000 {
+		t.Errorf("PTTL %d ms, want about 10 s", ms)
+	}
+	if err := s.Relimit(context.Background(), map[ratelimit.BucketKey]ratelimit.Limit{k: {Rate: 0, Burst: 50}}); !errors.Is(err, ErrInvalidTake) {
+		t.Errorf("Relimit to rate 0: %v, want ErrInvalidTake", err)
+	}
 }
