@@ -1,8 +1,11 @@
 package admission
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +69,27 @@ func TestReloadDoesNotRefillRedis(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // past the old full instant
 	if d := check(); d.Quotas[0].Remaining > 2 {
 		t.Fatalf("after the reload: allowed %v, %v tokens left; want < 2 (less than a token, and 0.05 refilled at 0.5/s)", d.Allowed, d.Quotas[0].Remaining)
+	}
+}
+
+// TestReloadRedisDown: a reload whose relimit Redis cannot take still
+// applies the new quotas, and says what it could not do.
+func TestReloadRedisDown(t *testing.T) {
+	store, srv := newRedisStore(t, redisstore.Config{})
+	var log bytes.Buffer
+	g, err := New(testConfig(), testRegistryStarterRate(t, 5), Options{Store: store, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if err := g.Reload(context.Background(), testConfig(), testRegistryStarterRate(t, 0.5)); err != nil {
+		t.Fatalf("Reload: %v; want the new config in force", err)
+	}
+	if tn, _ := g.cfg.Load().reg.ByID("initech"); tn.Rate != 0.5 {
+		t.Errorf("rate after the reload: %v, want 0.5", tn.Rate)
+	}
+	if !strings.Contains(log.String(), "may come back full early") {
+		t.Errorf("log %q: want a warning about the buckets not relimited", log.String())
 	}
 }
 
