@@ -33,10 +33,31 @@ func (g *Gate) Reload(ctx context.Context, cfg Config, reg *tenant.Registry) err
 	if err := g.checkStore(c); err != nil {
 		return err
 	}
+	old, err := g.swapConfig(cfg, c)
+	if err != nil {
+		return err
+	}
+	// Outside reloadMu: the round trips must not hold up the admin view.
+	// Two reloads' relimits may cross; a key's expiry only ever moves
+	// later, so the last reload's limits still hold.
+	if s, ok := g.store.(sharedRelimiter); ok {
+		if changed := c.laterFull(old); len(changed) > 0 {
+			if err := s.Relimit(ctx, changed); err != nil {
+				g.log.Warn("admission: reload: buckets whose rate went down may come back full early", "buckets", len(changed), "err", err.Error())
+			}
+		}
+	}
+	return nil
+}
+
+// swapConfig makes c (compiled from cfg) the gate's configuration if the
+// stateful layers can follow it, and returns the configuration it
+// replaced.
+func (g *Gate) swapConfig(cfg Config, c *compiled) (*compiled, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	if err := g.checkLayerChange(cfg); err != nil {
-		return err
+		return nil, err
 	}
 	old := g.cfg.Swap(c)
 	g.layerCfg = layerConfig{Bulkhead: cfg.Bulkhead, Adaptive: cfg.Adaptive, Shedding: cfg.Shedding}
@@ -45,19 +66,13 @@ func (g *Gate) Reload(ctx context.Context, cfg Config, reg *tenant.Registry) err
 	}
 	// A quota change must not refill a bucket: a store that forgets full
 	// buckets learns the new limits, so it forgets them when they are full
-	// under those.
-	switch s := g.store.(type) {
-	case relimiter:
+	// under those. (Under reloadMu: it sets each bucket's instant, so the
+	// last reload's limits must come last.)
+	if s, ok := g.store.(relimiter); ok {
 		s.Relimit(c.limitOf)
-	case sharedRelimiter:
-		if changed := c.laterFull(old); len(changed) > 0 {
-			if err := s.Relimit(ctx, changed); err != nil {
-				g.log.Warn("admission: reload: buckets whose rate went down may come back full early", "buckets", len(changed), "err", err.Error())
-			}
-		}
 	}
 	g.unauth.Relimit(c.unauthLimitOf)
-	return nil
+	return old, nil
 }
 
 // relimiter is a store that forgets full buckets and must hear of new
