@@ -48,8 +48,8 @@ type memShard struct {
 }
 
 type memEntry struct {
-	key    BucketKey
-	b      bucket
+	key BucketKey
+	b   bucket
 	// fullAt is the instant (store clock, ns) at which the bucket is full
 	// and can be forgotten. It never moves earlier: under one limit each
 	// take's is the latest anyway, and after a Relimit to a slower rate a
