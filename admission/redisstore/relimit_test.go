@@ -15,8 +15,9 @@ import (
 // brought a just-emptied bucket back full, because its key expired at the
 // instant the bucket was full at the old rate. Each tenant empties a bucket
 // of 50 at 1000 tokens/s (full again in 50 ms) and a group bucket beside
-// it; a reload lowers both to 5/s (full in 10 s). After 100 ms, the
-// relimited buckets hold what 100 ms refilled at 5/s; a tenant the reload
+// it; a reload lowers both to 0.5/s (full in 100 s). After 100 ms, the
+// relimited buckets hold what refilled at 0.5/s (less than a token
+// for 2 s, ample slack for a slow machine); a tenant the reload
 // is not told about (the control: today's behaviour without Relimit) is
 // full again. On a single node and on a cluster, whose tenants live on
 // different masters.
@@ -32,7 +33,7 @@ func TestRelimitDoesNotRefill(t *testing.T) {
 			s := newTestStore(t, tc.addrs(t), func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed; c.DenyCacheSize = -1 }, Options{})
 			ctx := context.Background()
 			before := ratelimit.Limit{Rate: 1000, Burst: 50}
-			after := ratelimit.Limit{Rate: 5, Burst: 50}
+			after := ratelimit.Limit{Rate: 0.5, Burst: 50}
 			const tenants = 6 // the last is the control
 			takes := func(tn int, l ratelimit.Limit, cost float64) []ratelimit.Take {
 				id := fmt.Sprintf("relimit-%d", tn)
@@ -54,8 +55,8 @@ func TestRelimitDoesNotRefill(t *testing.T) {
 				t.Fatalf("Relimit: %v", err)
 			}
 			for k := range limits {
-				if ms := pttl(t, s, k); ms < 9000 {
-					t.Errorf("%v: PTTL %d ms after the reload, want about 10 s (full at 5/s)", k, ms)
+				if ms := pttl(t, s, k); ms < 90000 {
+					t.Errorf("%v: PTTL %d ms after the reload, want about 100 s (full at 0.5/s)", k, ms)
 				}
 			}
 			// A take decided under the old limit and answered after the
@@ -63,8 +64,8 @@ func TestRelimitDoesNotRefill(t *testing.T) {
 			// at the old rate.)
 			time.Sleep(5 * time.Millisecond)
 			mustTakeAll(t, s, takes(0, before, 1), true)
-			if ms := pttl(t, s, takes(0, before, 1)[1].Key); ms < 9000 {
-				t.Errorf("PTTL %d ms after a late take under the old limit, want about 10 s", ms)
+			if ms := pttl(t, s, takes(0, before, 1)[1].Key); ms < 90000 {
+				t.Errorf("PTTL %d ms after a late take under the old limit, want about 100 s", ms)
 			}
 			// Past the instant the buckets are full at the old rate.
 			// Redis's clock decides (TIME) and cannot be faked: wait.
@@ -73,7 +74,7 @@ func TestRelimitDoesNotRefill(t *testing.T) {
 				res := mustTakeAll(t, s, takes(tn, after, 1), false)
 				for i, r := range res {
 					if r.Remaining > 1 {
-						t.Errorf("tenant %d bucket %d: %v tokens 100 ms after the reload, want < 1 (5/s from empty)", tn, i, r.Remaining)
+						t.Errorf("tenant %d bucket %d: %v tokens 100 ms after the reload, want < 1 (0.5/s from empty)", tn, i, r.Remaining)
 					}
 				}
 			}
