@@ -17,7 +17,8 @@ import (
 // tokens a tenant already has, and never refills them.
 //
 // With a shared store (Redis), the buckets whose new limit is full later
-// than their old one are relimited in the store, within ctx. If that
+// than their old one (the global backstop's too) are relimited in the
+// store, within ctx. If that
 // fails, the new configuration is in force all the same (it is not undone
 // for a store's trouble): the failure is logged, and those buckets may come
 // back full at the instant they would have been full under their old
@@ -45,6 +46,12 @@ func (g *Gate) Reload(ctx context.Context, cfg Config, reg *tenant.Registry) err
 			if err := s.Relimit(ctx, changed); err != nil {
 				g.log.Warn("admission: reload: buckets whose rate went down may come back full early", "buckets", len(changed), "err", err.Error())
 			}
+		}
+	}
+	if s, ok := g.store.(backstopRelimiter); ok && c.global != nil && old.global != nil &&
+		(c.global.Rate < old.global.Rate || c.global.Burst > old.global.Burst) {
+		if err := s.RelimitBackstop(ctx, *c.global); err != nil {
+			g.log.Warn("admission: reload: the global backstop, whose rate went down, may come back full early", "err", err.Error())
 		}
 	}
 	return nil
@@ -87,6 +94,12 @@ type relimiter interface {
 // configuration names every bucket that can have changed.
 type sharedRelimiter interface {
 	Relimit(ctx context.Context, limits map[ratelimit.BucketKey]ratelimit.Limit) error
+}
+
+// backstopRelimiter is a shared store whose global backstop expires when
+// full (redisstore.Store).
+type backstopRelimiter interface {
+	RelimitBackstop(ctx context.Context, l ratelimit.BackstopLimit) error
 }
 
 // laterFull returns the rate-layer buckets of c (each tenant's own and its

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,42 @@ func TestReloadRedisDown(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "may come back full early") {
 		t.Errorf("log %q: want a warning about the buckets not relimited", log.String())
+	}
+}
+
+// backstopRecorder is an embedded store that records the global
+// backstop's relimits.
+type backstopRecorder struct {
+	*ratelimit.MemoryStore
+	relimits []ratelimit.BackstopLimit
+}
+
+func (r *backstopRecorder) RelimitBackstop(_ context.Context, l ratelimit.BackstopLimit) error {
+	r.relimits = append(r.relimits, l)
+	return nil
+}
+
+// TestReloadRelimitsBackstop: a reload that lowers the global rate tells a
+// store whose backstop expires; one that raises it does not.
+func TestReloadRelimitsBackstop(t *testing.T) {
+	store := &backstopRecorder{MemoryStore: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})}
+	withGlobal := func(rate float64) Config {
+		cfg := testConfig()
+		cfg.Global = &GlobalConfig{Rate: rate, Burst: 100}
+		return cfg
+	}
+	g, err := New(withGlobal(100), testRegistry(t), Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rate := range []float64{10, 50} {
+		if err := g.Reload(context.Background(), withGlobal(rate), testRegistry(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []ratelimit.BackstopLimit{{Rate: 10, Burst: 100, Window: DefaultGlobalWindow}}
+	if !slices.Equal(store.relimits, want) {
+		t.Errorf("backstop relimits %v, want %v", store.relimits, want)
 	}
 }
 

@@ -38,6 +38,7 @@
 // bucket is full under the limit it will next be read with. A reload that
 // lowers a rate (or raises a burst) calls Store.Relimit with the changed
 // buckets, which moves their keys' expiry to their full instant under the
-// new limit; no script ever moves an expiry earlier, so a take still in
+// new limit (Store.RelimitBackstop does the same for the global
+// backstop); no script ever moves an expiry earlier, so a take still in
 // flight under the old limit cannot undo it.
 package redisstore
