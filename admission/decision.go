@@ -109,7 +109,8 @@ type QuotaState struct {
 	Remaining float64
 	Reset     time.Duration
 	// StateUnknown is true when the store answered without reading the
-	// bucket (a failure policy, a cached denial): Remaining and Reset are
+	// bucket (a failure policy, a cached denial) or from one instance's
+	// share of it (ratelimit.Result.StateUnknown): Remaining and Reset are
 	// not known, and the RateLimit headers leave them out.
 	StateUnknown bool
 	// Wait is, when the bucket refused the request, the time until it

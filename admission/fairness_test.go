@@ -49,14 +49,7 @@ func simulate(t *testing.T, g *Gate, loads []simLoad, dur time.Duration) map[str
 						t.Error(err)
 						return
 					}
-					if d.Allowed {
-						lease := d.Lease()
-						if lease.StartUpstream(context.Background()) {
-							time.Sleep(l.service)
-							lease.Answered()
-						}
-						lease.Release()
-					}
+					serveFor(d, l.service)
 					mu.Lock()
 					defer mu.Unlock()
 					c.sent++
@@ -71,6 +64,20 @@ func simulate(t *testing.T, g *Gate, loads []simLoad, dur time.Duration) map[str
 	}
 	wg.Wait()
 	return out
+}
+
+// serveFor plays an admitted request's upstream call: its seat held for
+// service, then released. A rejected request holds nothing.
+func serveFor(d Decision, service time.Duration) {
+	if !d.Allowed {
+		return
+	}
+	lease := d.Lease()
+	if lease.StartUpstream(context.Background()) {
+		time.Sleep(service)
+		lease.Answered()
+	}
+	lease.Release()
 }
 
 // poolGate is a gate over one tier's pool of 4 seats, shared by the tenants

@@ -273,13 +273,13 @@ func TestGateReloadKeepsBuckets(t *testing.T) {
 	}
 	bad := testConfig()
 	bad.Routes[0].Cost = 1000 // above every burst
-	if err := g.Reload(bad, testRegistry(t)); err == nil || !strings.Contains(err.Error(), "routes[0].cost") {
+	if err := g.Reload(context.Background(), bad, testRegistry(t)); err == nil || !strings.Contains(err.Error(), "routes[0].cost") {
 		t.Fatalf("Reload(bad) = %v, want a routes[0].cost error", err)
 	}
 	if d := mustCheck(t, g, req("start-key", "GET", "/api/v1/users/me")); d.Allowed {
 		t.Fatal("a failed reload reset the bucket")
 	}
-	if err := g.Reload(testConfig(), testRegistry(t)); err != nil {
+	if err := g.Reload(context.Background(), testConfig(), testRegistry(t)); err != nil {
 		t.Fatal(err)
 	}
 	if d := mustCheck(t, g, req("start-key", "GET", "/api/v1/users/me")); d.Allowed {

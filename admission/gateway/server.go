@@ -249,8 +249,10 @@ func (s *Server) Gate() *admission.Gate { return s.gate }
 
 // Reload applies a new config's tenants, tiers and routes to the running
 // server. On error nothing changes. Listen addresses and server timeouts
-// need a restart; a change to them is logged and ignored.
-func (s *Server) Reload(cfg Config) error {
+// need a restart; a change to them is logged and ignored. ctx bounds
+// telling a shared store of the quotas that changed (see
+// admission.Gate.Reload).
+func (s *Server) Reload(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -259,7 +261,7 @@ func (s *Server) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := s.gate.Reload(cfg.Admission, reg); err != nil {
+	if err := s.gate.Reload(ctx, cfg.Admission, reg); err != nil {
 		return err
 	}
 	old := s.cfg.Swap(&cfg)

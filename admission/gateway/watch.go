@@ -78,7 +78,7 @@ func (cw *ConfigWatcher) Run(ctx context.Context) error {
 		}
 		cfg, err := Load(path)
 		if err == nil {
-			err = s.Reload(cfg)
+			err = s.Reload(ctx, cfg)
 		}
 		last = sum // a bad file is reported once, not on every later event
 		if err != nil {

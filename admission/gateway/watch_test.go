@@ -166,7 +166,7 @@ func TestReloadPools(t *testing.T) {
 	p.Share = 90
 	bh.Pools["pro"] = p
 	cfg.Admission.Bulkhead = &bh
-	if err := srv.Reload(cfg); err == nil || !strings.Contains(err.Error(), "bulkhead.pools: changing pools needs a restart") {
+	if err := srv.Reload(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "bulkhead.pools: changing pools needs a restart") {
 		t.Fatalf("Reload with a changed pool: %v", err)
 	}
 	// The total alone can change: the pools' seats follow.
@@ -174,7 +174,7 @@ func TestReloadPools(t *testing.T) {
 	bh.Total = 32
 	cfg = *srv.cfg.Load()
 	cfg.Admission.Bulkhead = &bh
-	if err := srv.Reload(cfg); err != nil {
+	if err := srv.Reload(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := srv.Gate().TenantState("acme"); st.PoolStats == nil || st.PoolStats.Seats != 16 {

@@ -48,9 +48,14 @@ type memShard struct {
 }
 
 type memEntry struct {
-	key    BucketKey
-	b      bucket
-	fullAt int64 // Unix ns at which the bucket is full and can be forgotten
+	key BucketKey
+	b   bucket
+	// fullAt is the instant (store clock, ns) at which the bucket is full
+	// and can be forgotten. It never moves earlier: under one limit each
+	// take's is the latest anyway, and after a Relimit to a slower rate a
+	// take still decided under the old limit must not bring the old,
+	// earlier instant back (the bucket would come back full).
+	fullAt int64
 }
 
 // getLocked returns the entry of k (hash h), or nil. sh.mu must be held.
@@ -139,7 +144,7 @@ func (s *MemoryStore) TakeAt(now int64, k BucketKey, l Limit, cost float64) Resu
 	}
 	var r Result
 	e.b, r = e.b.take(l, now, cost)
-	e.fullAt = e.b.fullAt(l)
+	e.fullAt = max(e.fullAt, e.b.fullAt(l))
 	sh.mu.Unlock()
 	return r
 }
@@ -201,7 +206,7 @@ func (s *MemoryStore) TakeAllAt(now int64, takes []Take, res []Result) error {
 				sh.addLocked(h, e)
 			}
 			e.b, res[i] = e.b.take(t.Limit, now, t.Cost)
-			e.fullAt = e.b.fullAt(t.Limit)
+			e.fullAt = max(e.fullAt, e.b.fullAt(t.Limit))
 		}
 	}
 	for _, i := range shards {
@@ -230,7 +235,8 @@ func (s *MemoryStore) Tokens(k BucketKey, l Limit) float64 {
 // under. Without it, a bucket emptied just before a reload that lowered the
 // rate would be forgotten at the old "full" instant and come back full:
 // a quota change would refill it. Buckets limitOf does not know keep their
-// instant. The tokens are unchanged.
+// instant, and no instant moves earlier (a bucket kept longer than needed
+// costs memory; one forgotten early is refilled). The tokens are unchanged.
 func (s *MemoryStore) Relimit(limitOf func(BucketKey) (Limit, bool)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -247,7 +253,7 @@ func (s *MemoryStore) Relimit(limitOf func(BucketKey) (Limit, bool)) {
 
 func relimitLocked(e *memEntry, limitOf func(BucketKey) (Limit, bool)) {
 	if l, ok := limitOf(e.key); ok && l.Rate > 0 {
-		e.fullAt = e.b.fullAt(l)
+		e.fullAt = max(e.fullAt, e.b.fullAt(l))
 	}
 }
 

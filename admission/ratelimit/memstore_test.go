@@ -96,3 +96,22 @@ func TestMemShardCollisions(t *testing.T) {
 		t.Fatalf("b after re-adding a: %+v", e)
 	}
 }
+
+// TestRelimitNotUndoneByALateTake: a take decided under the old limit and
+// made after a reload's Relimit (the request read the config just before
+// the reload) set the bucket's full instant back to the old limit's, so
+// the bucket was forgotten then and came back full.
+func TestRelimitNotUndoneByALateTake(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{Shards: 1, SweepInterval: time.Hour})
+	k := BucketKey{Tenant: "initech"}
+	before, after := Limit{Rate: 10, Burst: 10}, Limit{Rate: 1, Burst: 10}
+	s.TakeAt(0, k, before, 10) // empty: full at 1 s under the old limit, 10 s under the new
+	s.Relimit(func(BucketKey) (Limit, bool) { return after, true })
+	if r := s.TakeAt(int64(500*time.Millisecond), k, before, 1); !r.Allowed { // late, under the old limit
+		t.Fatalf("late take: %+v", r)
+	}
+	s.Sweep(int64(2 * time.Second))
+	if got := s.Len(); got != 1 {
+		t.Fatalf("after a sweep at 2 s: Len %d, want 1 (the bucket is not full under the new limit)", got)
+	}
+}

@@ -41,9 +41,12 @@ type Result struct {
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration
 	// StateUnknown is true when the store decided without reading the
-	// bucket (a failure policy that admits, a denial it remembered):
-	// Remaining and ResetAfter then say nothing about the bucket, and a
-	// client must not be told them.
+	// bucket (a failure policy that admits, a denial it remembered), or
+	// from one instance's share of it (Redis sync mode or its Local
+	// policy, with several instances: the share is neither the bucket's
+	// tokens nor a bound on them, since the other instances' shares and
+	// takes are not known here). Remaining and ResetAfter then say
+	// nothing sure about the bucket, and a client must not be told them.
 	StateUnknown bool
 }
 

@@ -129,3 +129,29 @@ func limitOf(l fairshare.BackstopLimit) ratelimit.Limit {
 }
 
 var _ ratelimit.BackstopStore = (*Store)(nil)
+
+//go:embed backstoprelimit.lua
+var backstopRelimitLua string
+
+// backstopRelimitScript runs backstoprelimit.lua.
+var backstopRelimitScript = redis.NewScript(backstopRelimitLua)
+
+// RelimitBackstop tells the store that a reload gave the global backstop
+// the limit l (the window does not matter), so that the change does not
+// refill it: as Relimit does for the tenants' buckets, it moves the
+// backstop's expiry to the instant the bucket is full under l, when that
+// is later. It runs off the hot path, on ctx's deadline. Under the Local
+// policy this instance's embedded backstop needs nothing: it is never
+// forgotten.
+func (s *Store) RelimitBackstop(ctx context.Context, l fairshare.BackstopLimit) error {
+	if !validTake(limitOf(l), 1) {
+		return fmt.Errorf("%w: backstop rate %v, burst %v", ErrInvalidTake, l.Rate, l.Burst)
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := backstopRelimitScript.Run(ctx, s.client, []string{backstopKey}, l.Rate, l.Burst).Err(); err != nil {
+		return fmt.Errorf("redisstore: relimit backstop: %w", err)
+	}
+	return nil
+}

@@ -2,10 +2,12 @@
 -- Backstop.Take, with time in microseconds from the Redis server's clock so
 -- that every instance shares one bucket and one view of the tenants' rates.
 --
--- KEYS[1]  a hash. Field "g": struct.pack '<ddddd' (tokens, last refill µs,
---          level λ or -1 for none above share, level computed at µs, sum
---          of the weights counted then). Field "t:<tenant>": '<dddd'
---          (demand rate, admitted rate, at µs, weight).
+-- KEYS[1]  a hash. Field "g": struct.pack '<dddddd' (tokens, last refill
+--          µs, level λ or -1 for none above share, level computed at µs,
+--          sum of the weights counted then, the instant in µs at which the
+--          key expires; a 40-byte '<ddddd' reads as expiring at 0). Field
+--          "t:<tenant>": '<dddd' (demand rate, admitted rate, at µs,
+--          weight).
 -- ARGV[1]  rate, tokens per second (> 0)
 -- ARGV[2]  burst, tokens (> 0)
 -- ARGV[3]  window: the rates' time constant, µs (> 0)
@@ -23,7 +25,11 @@
 -- The level needs every tenant's demand: it is recomputed from the whole
 -- hash (HGETALL) at most every ARGV[4] µs, by whichever call comes first,
 -- and tenants whose demand has decayed to nothing are deleted then. The key
--- expires after 10 windows without a call.
+-- expires 10 windows after the last call (the tenants' rates have decayed to
+-- nothing by then), but never before the bucket is full at the call's rate
+-- (a missing key is a full bucket), nor earlier than a previous call set
+-- (a call under a higher rate, before a reload lowered it, cannot shorten
+-- it).
 
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -41,9 +47,13 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local field = 't:' .. tenant
 local st = redis.call('HMGET', KEYS[1], 'g', field)
-local tokens, last, level, levelAt, weights = burst, now, -1, 0, 0
+local tokens, last, level, levelAt, weights, expires = burst, now, -1, 0, 0, 0
 if st[1] then
-  tokens, last, level, levelAt, weights = struct.unpack('<ddddd', st[1])
+  if #st[1] >= 48 then
+    tokens, last, level, levelAt, weights, expires = struct.unpack('<dddddd', st[1])
+  else
+    tokens, last, level, levelAt, weights = struct.unpack('<ddddd', st[1])
+  end
 end
 if now > last then
   tokens = math.min(burst, tokens + (now - last) / 1e6 * rate)
@@ -135,9 +145,15 @@ else
   end
 end
 
-redis.call('HSET', KEYS[1], 'g', struct.pack('<ddddd', tokens, last, level, levelAt, weights),
+local ttl = math.ceil(math.max(10 * window / 1000,
+  (math.max(last, now) - now) / 1000 + (burst - tokens) / rate * 1000, (expires - now) / 1000))
+-- PEXPIRE wants an integer; Lua prints 1e17 and above in exponent form.
+if ttl > 1e15 then
+  ttl = 1e15
+end
+redis.call('HSET', KEYS[1], 'g', struct.pack('<dddddd', tokens, last, level, levelAt, weights, now + ttl * 1000),
   field, struct.pack('<dddd', demand, admitted, at, weight))
-redis.call('PEXPIRE', KEYS[1], math.ceil(10 * window / 1000))
+redis.call('PEXPIRE', KEYS[1], ttl)
 
 return {allowed, within, string.format('%.17g', use), string.format('%.17g', share),
   string.format('%.17g', tokens), string.format('%.17g', retry), now}

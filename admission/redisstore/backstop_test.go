@@ -144,3 +144,73 @@ func squeeze(t *testing.T, stores []*Store, take func(st *Store, tenant string) 
 	wg.Wait()
 	return heavy, light, refusedLight, time.Since(start)
 }
+
+// TestBackstopKeyLivesUntilFull: the backstop's key expired 10 windows
+// after the last call even when the bucket was far from full then, and a
+// missing key is a full bucket. It now lives until the bucket is full at
+// the call's rate, and no later call shortens that.
+func TestBackstopKeyLivesUntilFull(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed }, Options{})
+	ctx := context.Background()
+	take := func(l fairshare.BackstopLimit) {
+		t.Helper()
+		if r, err := s.TakeBackstop(ctx, l, fairshare.BackstopRequest{Tenant: "a", Weight: 1, Cost: 50}); err != nil || !r.Allowed {
+			t.Fatalf("TakeBackstop: %+v, %v", r, err)
+		}
+	}
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := s.client.PTTL(ctx, backstopKey).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	slow := fairshare.BackstopLimit{Rate: 1, Burst: 100, Window: 100 * time.Millisecond}
+	take(slow) // 50 tokens left: full in 50 s, 10 windows are 1 s
+	if got := ttl(); got < 49*time.Second {
+		t.Errorf("PTTL %v, want about 50s (full at 1/s)", got)
+	}
+	take(fairshare.BackstopLimit{Rate: 1000, Burst: 100, Window: 100 * time.Millisecond})
+	if got := ttl(); got < 49*time.Second {
+		t.Errorf("PTTL %v after a call at a higher rate, want still about 50s", got)
+	}
+}
+
+// TestRelimitBackstop: a reload that lowers the global rate moves the
+// backstop's expiry to the instant its bucket is full at the new rate;
+// without it the hash would vanish when full at the old one, and come
+// back full.
+func TestRelimitBackstop(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed }, Options{})
+	ctx := context.Background()
+	fast := fairshare.BackstopLimit{Rate: 1000, Burst: 100, Window: 100 * time.Millisecond}
+	if r, err := s.TakeBackstop(ctx, fast, fairshare.BackstopRequest{Tenant: "a", Weight: 1, Cost: 50}); err != nil || !r.Allowed {
+		t.Fatalf("TakeBackstop: %+v, %v", r, err)
+	}
+	if err := s.RelimitBackstop(ctx, fairshare.BackstopLimit{Rate: 1, Burst: 100, Window: fast.Window}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.client.PTTL(ctx, backstopKey).Result(); err != nil || got < 45*time.Second {
+		t.Errorf("PTTL %v (%v) after the reload, want about 50s (full at 1/s)", got, err)
+	}
+	// A request still decided under the old limit does not shorten it.
+	if r, err := s.TakeBackstop(ctx, fast, fairshare.BackstopRequest{Tenant: "a", Weight: 1, Cost: 1}); err != nil || !r.Allowed {
+		t.Fatalf("TakeBackstop after the relimit: %+v, %v", r, err)
+	}
+	if got, err := s.client.PTTL(ctx, backstopKey).Result(); err != nil || got < 45*time.Second {
+		t.Errorf("PTTL %v (%v) after a late request under the old limit, want still about 50s", got, err)
+	}
+	// A hash that does not exist stays so.
+	if err := s.client.Del(ctx, backstopKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RelimitBackstop(ctx, fast); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.client.Exists(ctx, backstopKey).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS = %d, %v after relimiting no backstop; want 0", n, err)
+	}
+}

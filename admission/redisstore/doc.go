@@ -33,4 +33,12 @@
 //
 // A tenant known to be over quota until T is denied locally until T (the
 // denial cache).
+//
+// A missing key is a full bucket, so a key must not expire before its
+// bucket is full under the limit it will next be read with. A reload that
+// lowers a rate (or raises a burst) calls Store.Relimit with the changed
+// buckets, which moves their keys' expiry to their full instant under the
+// new limit (Store.RelimitBackstop does the same for the global
+// backstop); no script ever moves an expiry earlier, so a take still in
+// flight under the old limit cannot undo it.
 package redisstore

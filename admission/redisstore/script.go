@@ -14,7 +14,8 @@ import (
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
-// bucketLua is the token bucket both scripts share, prepended to each.
+// bucketLua is the token bucket the bucket scripts share, prepended to
+// each.
 //
 //go:embed bucket.lua
 var bucketLua string
@@ -25,10 +26,15 @@ var takeLua string
 //go:embed sync.lua
 var syncLua string
 
-// takeScript runs take.lua; syncScript runs sync.lua.
+//go:embed relimit.lua
+var relimitLua string
+
+// takeScript runs take.lua, syncScript sync.lua, relimitScript
+// relimit.lua.
 var (
-	takeScript = redis.NewScript(bucketLua + takeLua)
-	syncScript = redis.NewScript(bucketLua + syncLua)
+	takeScript    = redis.NewScript(bucketLua + takeLua)
+	syncScript    = redis.NewScript(bucketLua + syncLua)
+	relimitScript = redis.NewScript(bucketLua + relimitLua)
 )
 
 // keyPrefix starts every key the store writes.

@@ -192,7 +192,10 @@ func (y *syncer) decideLocked(sh *syncShard, takes []ratelimit.Take, res []ratel
 	all := true
 	for i, t := range takes {
 		a := sh.m[t.Key].allowance(now, y.n, y.interval, t.Cost)
-		res[i] = ratelimit.Result{Remaining: max(0, a)}
+		// With several instances the allowance is this instance's share,
+		// neither the bucket's tokens nor a bound on them (see Result):
+		// not for a client's headers.
+		res[i] = ratelimit.Result{Remaining: max(0, a), StateUnknown: y.n > 1}
 		if a < t.Cost {
 			all = false
 			res[i].RetryAfter = secondsToDuration((t.Cost - a) / t.Limit.Rate)

@@ -21,10 +21,10 @@ for i = 1, #KEYS do
   local rate = tonumber(ARGV[3 * i - 2])
   local burst = tonumber(ARGV[3 * i - 1])
   local used = tonumber(ARGV[3 * i])
-  local tokens, last = load(KEYS[i], rate, burst, now)
+  local tokens, last, expires = load(KEYS[i], rate, burst, now)
   if used > 0 then
     tokens = math.max(tokens - used, -burst)
-    store(KEYS[i], tokens, last, now, rate, burst)
+    store(KEYS[i], tokens, last, now, rate, burst, expires)
   end
   reply[i] = struct.pack('<d', tokens)
 end

@@ -205,14 +205,22 @@ func (s *Store) fallback(takes []ratelimit.Take, res []ratelimit.Result, cause e
 	if len(takes) == 1 {
 		t := takes[0]
 		res[0] = s.local.TakeAt(s.local.Clock(), t.Key, localShare(t.Limit, t.Cost, s.cfg.Instances), t.Cost)
-		return out, nil
+	} else {
+		shares := make([]ratelimit.Take, len(takes))
+		for i, t := range takes {
+			shares[i] = t
+			shares[i].Limit = localShare(t.Limit, t.Cost, s.cfg.Instances)
+		}
+		if err := s.local.TakeAllAt(s.local.Clock(), shares, res); err != nil { // checked: no duplicate
+			return out, err
+		}
 	}
-	shares := make([]ratelimit.Take, len(takes))
-	for i, t := range takes {
-		shares[i] = t
-		shares[i].Limit = localShare(t.Limit, t.Cost, s.cfg.Instances)
+	// With several instances each holds a share: its tokens are not the
+	// quota's (see ratelimit.Result.StateUnknown).
+	for i := range res {
+		res[i].StateUnknown = s.cfg.Instances > 1
 	}
-	return out, s.local.TakeAllAt(s.local.Clock(), shares, res) // checked: no duplicate
+	return out, nil
 }
 
 var (

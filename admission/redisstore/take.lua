@@ -25,10 +25,10 @@
 
 local now = clock()
 local n = #KEYS
-local tokens, lasts = {}, {}
+local tokens, lasts, expires = {}, {}, {}
 local allowed = 1
 for i = 1, n do
-  tokens[i], lasts[i] = load(KEYS[i], tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]), now)
+  tokens[i], lasts[i], expires[i] = load(KEYS[i], tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]), now)
   if tokens[i] < tonumber(ARGV[3 * i]) then
     allowed = 0
   end
@@ -37,7 +37,7 @@ end
 if allowed == 1 then
   for i = 1, n do
     tokens[i] = tokens[i] - tonumber(ARGV[3 * i])
-    store(KEYS[i], tokens[i], lasts[i], now, tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]))
+    store(KEYS[i], tokens[i], lasts[i], now, tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]), expires[i])
   end
 end
 

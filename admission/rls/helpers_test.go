@@ -113,4 +113,15 @@ func header(resp *rlsv3.RateLimitResponse, k string) string {
 	return ""
 }
 
+// checkHeaders fails t for each header of resp that is not as in want
+// ("" means absent).
+func checkHeaders(t *testing.T, resp *rlsv3.RateLimitResponse, want map[string]string) {
+	t.Helper()
+	for k, w := range want {
+		if got := header(resp, k); got != w {
+			t.Errorf("%s: %q, want %q", k, got, w)
+		}
+	}
+}
+
 func writeFile(path, data string) error { return os.WriteFile(path, []byte(data), 0o644) }

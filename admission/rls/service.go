@@ -184,7 +184,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 				v.outcome = OutcomeShadowReject
 			}
 		}
-		if decider == nil || rank(v) > rank(decider) || rank(v) == rank(decider) && v.res.Remaining < decider.res.Remaining {
+		if decider == nil || rank(v) > rank(decider) || rank(v) == rank(decider) && fewer(v, decider) {
 			decider = v
 		}
 	}
@@ -300,6 +300,16 @@ func storeError(ctx context.Context, err error) error {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	return status.Errorf(codes.Unavailable, "rls: rate store: %v", err)
+}
+
+// fewer reports whether v has fewer tokens left than w, among verdicts of
+// one rank: a known state is fewer than an unknown one (a store that did
+// not read the bucket), which tells nothing.
+func fewer(v, w *verdict) bool {
+	if v.res.StateUnknown || w.res.StateUnknown {
+		return !v.res.StateUnknown
+	}
+	return v.res.Remaining < w.res.Remaining
 }
 
 // rank orders verdicts for choosing the one that decided the call: a
@@ -457,9 +467,17 @@ func (s *Service) response(vs []verdict, decider *verdict) *rlsv3.RateLimitRespo
 		if v.outcome != OutcomeAdmit && v.outcome != OutcomeReject && v.outcome != OutcomeShadowReject {
 			continue
 		}
-		st.CurrentLimit = v.rule.current()
-		st.LimitRemaining = uint32(min(math.Floor(v.res.Remaining), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(untilReset(v))
+		// A store that did not read the bucket knows no remaining tokens,
+		// and Envoy's x-ratelimit headers are made from current_limit
+		// and limit_remaining: neither is sent. A remembered denial
+		// still knows when it ends.
+		if !v.res.StateUnknown {
+			st.CurrentLimit = v.rule.current()
+			st.LimitRemaining = uint32(min(math.Floor(v.res.Remaining), math.MaxUint32))
+		}
+		if !v.res.StateUnknown || v.over {
+			st.DurationUntilReset = durationpb.New(untilReset(v))
+		}
 		if v.outcome == OutcomeReject {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -501,14 +519,21 @@ var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 // headers renders the client-facing headers: RateLimit-Policy lists every
 // limit that applied; RateLimit and RateLimit-Limit/-Remaining/-Reset
 // describe the one that decided (a rejection, else the fewest tokens
-// left), in its real state even under shadow mode; Retry-After, in whole
-// seconds (at least 1), when the answer is OVER_LIMIT.
+// left), in its real state even under shadow mode, and are left out when
+// the store did not read its bucket (nothing is known to tell); Retry-After,
+// in whole seconds (at least 1), when the answer is OVER_LIMIT.
 func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*corev3.HeaderValue {
 	// All values are written into one buffer, made one string and sliced,
 	// and the header values are one array: four allocations, not twenty.
 	var arr [256]byte
 	b := arr[:0]
+	var keys [len(headerKeys)]string
 	var ends [len(headerKeys)]int
+	n := 0
+	mark := func(key string) {
+		keys[n], ends[n] = key, len(b)
+		n++
+	}
 	for i := range vs {
 		v := &vs[i]
 		if v.outcome != OutcomeAdmit && v.outcome != OutcomeReject && v.outcome != OutcomeShadowReject {
@@ -520,28 +545,28 @@ func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*
 		q := quota(v)
 		b = admission.AppendPolicy(b, &q)
 	}
-	ends[0] = len(b)
-	q := quota(decider)
-	b = admission.AppendState(b, &q)
-	ends[1] = len(b)
-	b = strconv.AppendUint(b, uint64(decider.rule.requestsPerUnit), 10)
-	ends[2] = len(b)
-	b = strconv.AppendInt(b, int64(q.Remaining), 10)
-	ends[3] = len(b)
-	b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
-	ends[4] = len(b)
-	n := len(headerKeys) - 1
+	mark(headerKeys[0])
+	if !decider.res.StateUnknown {
+		q := quota(decider)
+		b = admission.AppendState(b, &q)
+		mark(headerKeys[1])
+		b = strconv.AppendUint(b, uint64(decider.rule.requestsPerUnit), 10)
+		mark(headerKeys[2])
+		b = strconv.AppendInt(b, int64(q.Remaining), 10)
+		mark(headerKeys[3])
+		b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
+		mark(headerKeys[4])
+	}
 	if over {
 		b = strconv.AppendInt(b, ceilSeconds(retry, 1), 10)
-		ends[5] = len(b)
-		n++
+		mark(headerKeys[5])
 	}
 	all := string(b)
 	hv := make([]corev3.HeaderValue, n)
 	out := make([]*corev3.HeaderValue, n)
 	start := 0
 	for i := range n {
-		hv[i].Key, hv[i].Value = headerKeys[i], all[start:ends[i]]
+		hv[i].Key, hv[i].Value = keys[i], all[start:ends[i]]
 		out[i] = &hv[i]
 		start = ends[i]
 	}

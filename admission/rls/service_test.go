@@ -233,18 +233,14 @@ func TestResponseHeaders(t *testing.T) {
 	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{})
 	login := request("edge", 0, desc("remote_address", "1.2.3.4"), desc("path", "/login"))
 	resp := h.call(t, login)
-	for k, want := range map[string]string{
+	checkHeaders(t, resp, map[string]string{
 		"RateLimit-Policy":    `"remote_address";q=5;w=1, "login";q=3;w=60`,
 		"RateLimit":           `"login";r=2;t=20`,
 		"RateLimit-Limit":     "3",
 		"RateLimit-Remaining": "2",
 		"RateLimit-Reset":     "20",
 		"Retry-After":         "",
-	} {
-		if got := header(resp, k); got != want {
-			t.Errorf("%s: %q, want %q", k, got, want)
-		}
-	}
+	})
 	h.call(t, login)
 	h.call(t, login)
 	resp = h.call(t, login)
@@ -505,4 +501,43 @@ func FuzzShouldRateLimit(f *testing.F) {
 			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
 		}
 	})
+}
+
+// unknownStore answers every take without reading a bucket: admitted, as
+// a Redis store does under fail_open or in sync mode with several
+// instances, or denied until retry, as its denial cache does.
+type unknownStore struct{ retry time.Duration }
+
+func (u unknownStore) Take(context.Context, ratelimit.BucketKey, ratelimit.Limit, float64) (ratelimit.Result, error) {
+	return ratelimit.Result{Allowed: u.retry == 0, RetryAfter: u.retry, StateUnknown: true}, nil
+}
+
+// TestUnknownStateNotTold (issue 12: send only what is known): a take the
+// store answered without reading the bucket was told to Envoy and the
+// client as "0 remaining". The policy is told; the state is not.
+func TestUnknownStateNotTold(t *testing.T) {
+	h := start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{Store: unknownStore{}})
+	resp := h.call(t, request("edge", 0, desc("remote_address", "1.2.3.4"), desc("path", "/login")))
+	checkHeaders(t, resp, map[string]string{
+		"RateLimit-Policy":    `"remote_address";q=5;w=1, "login";q=3;w=60`,
+		"RateLimit":           "",
+		"RateLimit-Limit":     "",
+		"RateLimit-Remaining": "",
+		"RateLimit-Reset":     "",
+	})
+	for i, st := range resp.Statuses {
+		if st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit != nil || st.DurationUntilReset != nil {
+			t.Errorf("status %d: %v; want OK with no limit state (Envoy's x-ratelimit headers come from it)", i, st)
+		}
+	}
+
+	h = start(t, Config{}, mustLoad(t, "testdata/edge.yaml"), Options{Store: unknownStore{retry: 3 * time.Second}})
+	resp = h.call(t, request("edge", 0, desc("remote_address", "1.2.3.4")))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || header(resp, "Retry-After") != "3" || header(resp, "RateLimit") != "" {
+		t.Errorf("remembered denial: %v, Retry-After %q, RateLimit %q; want OVER_LIMIT, 3, none",
+			resp.OverallCode, header(resp, "Retry-After"), header(resp, "RateLimit"))
+	}
+	if st := resp.Statuses[0]; st.CurrentLimit != nil || st.DurationUntilReset.AsDuration() != 3*time.Second {
+		t.Errorf("remembered denial: status %v; want no limit, reset in 3s", st)
+	}
 }
