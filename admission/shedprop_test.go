@@ -135,7 +135,6 @@ func (c *shedCase) run(t *testing.T, arrivals []shedArrival, blind bool) shedRun
 		synctest.Wait()
 		l := c.loads[a.load]
 		id := c.tenants[a.load].ID
-		self := g.pools.Share(l.pool, id)
 		above := false
 		for j, o := range c.loads {
 			if j != a.load && o.pool == l.pool && !g.pools.Share(o.pool, c.tenants[j].ID).Within {
@@ -164,6 +163,10 @@ func (c *shedCase) run(t *testing.T, arrivals []shedArrival, blind bool) shedRun
 			continue
 		}
 		out.sheds++
+		// What the shedding layer judged: the tenant's use with this
+		// request's arrival counted (bulkhead.Pools.Arrive); a shed
+		// request changes nothing after that.
+		self := g.pools.Share(l.pool, id)
 		what := fmt.Sprintf("at %v %s (%s) shed: use %.2f, share %.2f, another above share %v", a.at, id, c.routes[a.route].Criticality, self.Use, self.Share, above)
 		if self.Within {
 			out.unfair++
