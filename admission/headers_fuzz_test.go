@@ -149,21 +149,31 @@ func checkRateLimitFields(t *testing.T, h http.Header, d *Decision) {
 			}
 		}
 	}
+	// RateLimit-Policy names every bucket; RateLimit the tightest.
+	policy := make([]string, d.NQuotas)
+	for i := range d.NQuotas {
+		policy[i] = d.Quotas[i].Name
+	}
+	var state []string // none when no bucket's state is known
+	if low := d.tightest(); low >= 0 {
+		state = []string{d.Quotas[low].Name}
+	}
 	for _, f := range []struct {
 		field  string
 		params [2]string
-	}{{"Ratelimit-Policy", [2]string{"q", "w"}}, {"Ratelimit", [2]string{"r", "t"}}} {
+		names  []string
+	}{{"Ratelimit-Policy", [2]string{"q", "w"}, policy}, {"Ratelimit", [2]string{"r", "t"}, state}} {
 		v := h.Get(f.field)
 		items, err := parseSFList(v)
 		if err != nil {
 			t.Fatalf("%s: %q: %v", f.field, v, err)
 		}
-		if len(items) != d.NQuotas {
-			t.Fatalf("%s: %q has %d items, want %d", f.field, v, len(items), d.NQuotas)
+		if len(items) != len(f.names) {
+			t.Fatalf("%s: %q has %d items, want %d", f.field, v, len(items), len(f.names))
 		}
 		for i, it := range items {
-			if it.name != d.Quotas[i].Name {
-				t.Fatalf("%s: item %d named %q, want %q", f.field, i, it.name, d.Quotas[i].Name)
+			if it.name != f.names[i] {
+				t.Fatalf("%s: item %d named %q, want %q", f.field, i, it.name, f.names[i])
 			}
 			if len(it.keys) != 2 || it.keys[0] != f.params[0] || it.keys[1] != f.params[1] {
 				t.Fatalf("%s: %q: parameters %v, want %v", f.field, v, it.keys, f.params)

@@ -5,10 +5,12 @@ import (
 	"strconv"
 )
 
-// writeRateLimitHeaders sets the IETF draft's RateLimit-Policy and
-// RateLimit structured fields and the widely deployed RateLimit-Limit,
-// -Remaining and -Reset (for the tightest bucket: the one that refused with
-// the longest wait, else the one with the fewest tokens left).
+// writeRateLimitHeaders sets the IETF draft's RateLimit-Policy field (every
+// bucket the request was charged to, by name) and RateLimit field, and the
+// widely deployed RateLimit-Limit, -Remaining and -Reset, both for the
+// tightest bucket: the one that refused with the longest wait, else the
+// one with the fewest tokens left — what binds this request, and what a
+// client pacing itself should follow.
 // They say only what is known: a bucket the store answered for without
 // reading it (a failure policy, a cached denial) has a policy item but no
 // state item, and the trio describes a bucket whose state is known, or is
@@ -34,19 +36,8 @@ func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
 	if low < 0 {
 		return
 	}
-	b = b[:0]
-	for i := range d.NQuotas {
-		q := &d.Quotas[i]
-		if q.Name == "" || q.StateUnknown {
-			continue
-		}
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		b = AppendState(b, q)
-	}
-	t.set(h, "Ratelimit", b)
 	q := &d.Quotas[low]
+	t.set(h, "Ratelimit", AppendState(b[:0], q))
 	t.set(h, "Ratelimit-Limit", strconv.AppendInt(b[:0], int64(q.Limit), 10))
 	t.set(h, "Ratelimit-Remaining", strconv.AppendInt(b[:0], int64(q.Remaining), 10))
 	t.set(h, "Ratelimit-Reset", strconv.AppendInt(b[:0], ceilSeconds(q.Reset, 0), 10))
