@@ -384,49 +384,6 @@ func (ps *Pools) Executing(tenant string) int {
 	return ps.executing[tenant]
 }
 
-// lenderLocked returns the pool whose seat a queued request of p may take
-// now: p itself if it has a free seat, else the idle pool with the most
-// seats to lend if p may borrow, else nil. Whose request takes it is
-// grantLocked's to say.
-func (ps *Pools) lenderLocked(p *pool) *pool {
-	return ps.lenderWithLocked(p, -1, 0)
-}
-
-// lenderForLocked is lenderLocked for request r arriving at now: unless r
-// is critical, only seats beyond the lender's headroom for its tenant
-// (headroomLocked).
-func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
-	if r.Critical {
-		return ps.lenderLocked(p)
-	}
-	t := ps.nanos(now)
-	ps.shareLevelLocked(p, t)
-	return ps.lenderWithLocked(p, ps.ratioLocked(p, r.Tenant, t), t)
-}
-
-// lenderWithLocked is lenderLocked with seats a tenant of ratio may take at
-// t; a negative ratio takes any.
-func (ps *Pools) lenderWithLocked(p *pool, ratio float64, t int64) *pool {
-	room := func(l *pool) bool { return ratio < 0 || ps.roomLocked(l, ratio, t) }
-	if p.used < p.nominal && room(p) {
-		return p
-	}
-	if p.borrowed >= p.borrowLimit {
-		return nil
-	}
-	var best *pool
-	bestFree := 0
-	for _, l := range ps.order {
-		if l == p || l.queue.Len() > 0 || !room(l) {
-			continue
-		}
-		if free := min(l.nominal-l.used, l.lendable-l.lent); free > bestFree {
-			best, bestFree = l, free
-		}
-	}
-	return best
-}
-
 // takeLocked counts a seat of lender held by a request of p and tenant.
 func (ps *Pools) takeLocked(p, lender *pool, tenant string, now time.Time) {
 	ps.heldLocked(p, tenant, now, +1, 0)
@@ -455,47 +412,3 @@ func (ps *Pools) releaseLocked(p, lender *pool, tenant string) {
 	}
 	ps.dispatchLocked()
 }
-
-func (ps *Pools) seatLocked(p, lender *pool, tenant string, acquired time.Time, waited time.Duration) Seat {
-	var tok *seatToken
-	if n := len(ps.free); n > 0 {
-		tok = ps.free[n-1]
-		ps.free = ps.free[:n-1]
-	} else {
-		tok = new(seatToken)
-	}
-	tok.acquired = acquired
-	return Seat{tok: tok, gen: tok.gen, pool: p, lender: lender, tenant: tenant, waited: waited}
-}
-
-// Release gives the seat back, handing it to the next queued request. Only
-// the first Release of a seat counts.
-func (s Seat) Release() {
-	if s.tok == nil {
-		return
-	}
-	ps := s.pool.set
-	now := time.Now()
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if s.tok.gen != s.gen {
-		return
-	}
-	s.tok.gen++
-	if hold := now.Sub(s.tok.acquired); s.pool.meanHold == 0 {
-		s.pool.meanHold = max(hold, 1)
-	} else {
-		s.pool.meanHold += (hold - s.pool.meanHold) / 8
-	}
-	if len(ps.free) < maxFreeTokens {
-		ps.free = append(ps.free, s.tok)
-	}
-	ps.heldLocked(s.pool, s.tenant, now, -1, now.Sub(s.tok.acquired))
-	ps.releaseLocked(s.pool, s.lender, s.tenant)
-}
-
-// Waited reports how long the request waited in the queue for the seat.
-func (s Seat) Waited() time.Duration { return s.waited }
-
-// Borrowed reports whether the seat was borrowed from another pool.
-func (s Seat) Borrowed() bool { return s.lender != s.pool }

@@ -33,6 +33,7 @@
 //     would drift upward during a long incident and the limit would climb
 //     back); instead it cuts a ceiling on the limit multiplicatively, at most
 //     once per MaxLatency, as TCP halves its window once per round trip.
+//
 //   - Timeouts. A permit held longer than MaxLatency cuts the ceiling however
 //     it is released, Drop included, so a steady stream of timeouts cannot let
 //     the limit creep up on the few fast calls that still complete.

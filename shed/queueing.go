@@ -59,8 +59,8 @@ type queueSense struct {
 	typical [MaxLatencyClasses]float64 // log of seconds, per class
 	seen    [MaxLatencyClasses]int
 	last    [MaxLatencyClasses]time.Time // when typical last moved
-	sum     float64 // Σ log(latency/typical) over the current window
-	n       int     // calls in the current window
+	sum     float64                      // Σ log(latency/typical) over the current window
+	n       int                          // calls in the current window
 	state   queueState
 }
 

@@ -2,12 +2,9 @@ package rls
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -16,8 +13,6 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -191,117 +186,6 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 	return s.response(vs, decider), decider, vs, nil
 }
 
-// shadowed reports whether v's descriptor is in shadow mode (its own
-// shadow_mode, or rls.shadow).
-func (s *Service) shadowed(v *verdict) bool { return v.shadow || s.shadow }
-
-// charge takes the buckets of the verdicts at pending (at least one), all
-// or nothing, as the HTTP path takes a tenant's buckets: a request is
-// charged only when every descriptor not in shadow mode has room, so a
-// refused request costs none of its descriptors anything, and "retry
-// after 2 s" is not followed by "retry after 40 s" because another
-// descriptor's bucket was emptied by the refused calls. Shadow descriptors
-// are taken with the others, as they would be enforced, so their figures
-// are real; when only they refuse, the request is admitted and the
-// enforced descriptors are charged by a second call. Two descriptors with
-// the same entries are one bucket, charged their costs' sum.
-func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) error {
-	if len(pending) == 1 { // the common call: one Take, nothing to gather
-		v := &vs[pending[0]]
-		r, err := s.store.Take(ctx, bucketKey(tag, req.Descriptors[pending[0]].Entries), v.rule.limit, v.cost)
-		if err != nil {
-			return storeError(ctx, err)
-		}
-		v.res, v.over = r, !r.Allowed
-		return nil
-	}
-	takes := make([]ratelimit.Take, 0, len(pending))
-	of := make([]int, len(pending)) // pending[j]'s take
-	for j, i := range pending {
-		k := bucketKey(tag, req.Descriptors[i].Entries)
-		of[j] = -1
-		for t := range takes {
-			if takes[t].Key == k {
-				of[j] = t
-				takes[t].Cost += vs[i].cost
-			}
-		}
-		if of[j] < 0 {
-			of[j] = len(takes)
-			takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].rule.limit, Cost: vs[i].cost})
-		}
-	}
-	res, err := s.takeAll(ctx, takes)
-	if err != nil {
-		return err
-	}
-	enforcedOver, shadowOver := false, false
-	for j, i := range pending {
-		v := &vs[i]
-		v.res = res[of[j]]
-		v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(takes) == 1)
-		enforcedOver = enforcedOver || v.over && !s.shadowed(v)
-		shadowOver = shadowOver || v.over && s.shadowed(v)
-	}
-	if enforcedOver || !shadowOver {
-		return nil
-	}
-	// Only shadow descriptors refused: the request is admitted, so its
-	// enforced descriptors pay.
-	var enforced []ratelimit.Take
-	var which []int
-	for j, i := range pending {
-		if !s.shadowed(&vs[i]) && !slices.Contains(which, of[j]) {
-			enforced, which = append(enforced, takes[of[j]]), append(which, of[j])
-		}
-	}
-	if len(enforced) == 0 {
-		return nil
-	}
-	if res, err = s.takeAll(ctx, enforced); err != nil {
-		return err
-	}
-	for j, i := range pending {
-		if v := &vs[i]; !s.shadowed(v) {
-			v.res = res[slices.Index(which, of[j])]
-			v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(enforced) == 1)
-		}
-	}
-	return nil
-}
-
-// takeAll takes takes all or nothing: one TakeAll when the store can
-// (the embedded and the Redis stores), else one Take each (not atomic). A
-// store error is Unavailable; a cancelled call its context's status.
-func (s *Service) takeAll(ctx context.Context, takes []ratelimit.Take) ([]ratelimit.Result, error) {
-	var res []ratelimit.Result
-	var err error
-	if ms, ok := s.store.(ratelimit.MultiStore); ok && len(takes) > 1 {
-		res, err = ms.TakeAll(ctx, takes)
-	} else {
-		res = make([]ratelimit.Result, len(takes))
-		for i, t := range takes {
-			if res[i], err = s.store.Take(ctx, t.Key, t.Limit, t.Cost); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		return nil, storeError(ctx, err)
-	}
-	return res, nil
-}
-
-// storeError is the status of a call the store could not decide: its
-// context's when cancelled, else Unavailable (so Envoy's
-// failure_mode_deny decides).
-func storeError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return status.Errorf(codes.Unavailable, "rls: rate store: %v", err)
-}
-
 // fewer reports whether v has fewer tokens left than w, among verdicts of
 // one rank: a known state is fewer than an unknown one (a store that did
 // not read the bucket), which tells nothing.
@@ -322,38 +206,6 @@ func rank(v *verdict) int {
 		return 1
 	}
 	return 0
-}
-
-// validate rejects what Envoy never sends and no answer could mean.
-func validate(req *rlsv3.RateLimitRequest) error {
-	if req.GetDomain() == "" {
-		return status.Error(codes.InvalidArgument, "rls: domain: required")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return status.Error(codes.InvalidArgument, "rls: descriptors: at least one is required")
-	}
-	for i, d := range req.Descriptors {
-		if d == nil || len(d.Entries) == 0 {
-			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries: at least one is required", i)
-		}
-		for j, e := range d.Entries {
-			if e == nil || e.Key == "" {
-				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries[%d].key: required", i, j)
-			}
-		}
-		if d.IsNegativeHits {
-			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].is_negative_hits: not supported (a token bucket is never refunded)", i)
-		}
-		if o := d.GetLimit(); o != nil {
-			if _, ok := overrideUnits[o.Unit]; !ok {
-				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].limit.unit: unknown unit %v", i, o.Unit)
-			}
-			if m := o.GetUnitMultiplier(); m != nil && m.Value == 0 {
-				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].limit.unit_multiplier: must be >= 1", i)
-			}
-		}
-	}
-	return nil
 }
 
 // cost is the tokens descriptor d takes: its own hits_addend when set,
@@ -416,44 +268,6 @@ func overrideRule(o *ratelimitOverride, n *node) *rule {
 	}
 	return r
 }
-
-// maxPath is the longest descriptor path kept as it is in a bucket key;
-// longer ones are hashed, so a client's long values cost neither memory
-// nor Redis key space.
-const maxPath = 128
-
-// bucketKey names a descriptor's bucket. Tenant is the domain (the Redis
-// store hashes it into the key's hash tag), so that every bucket a request
-// may be charged to is in one slot of a Redis Cluster and one TakeAll
-// (one Lua call) charges them all or none; the "rls\x00" prefix keeps
-// them apart from tenants' buckets, whose IDs hold no NUL. Scope is the
-// request's entries, each length-prefixed so that no two paths collide,
-// hashed when long. The price: on a cluster a domain's buckets live on
-// one master; several domains spread over several.
-func bucketKey(tag string, entries []*ratelimitEntry) ratelimit.BucketKey {
-	n := 0
-	for _, e := range entries {
-		n += len(e.Key) + len(e.Value) + 8
-	}
-	b := make([]byte, 0, n)
-	for _, e := range entries {
-		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
-		b = append(b, ':')
-		b = append(b, e.Key...)
-		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
-		b = append(b, ':')
-		b = append(b, e.Value...)
-	}
-	k := ratelimit.BucketKey{Tenant: tag, Scope: string(b)}
-	if len(b) > maxPath {
-		sum := sha256.Sum256(b)
-		k.Scope = "#" + hex.EncodeToString(sum[:16])
-	}
-	return k
-}
-
-// domainTag is the Tenant of domain's buckets (see bucketKey).
-func domainTag(domain string) string { return "rls\x00" + domain }
 
 // response builds the answer from the verdicts.
 func (s *Service) response(vs []verdict, decider *verdict) *rlsv3.RateLimitResponse {

@@ -1,0 +1,49 @@
+package bulkhead
+
+import "time"
+
+// A granted seat and its release.
+
+func (ps *Pools) seatLocked(p, lender *pool, tenant string, acquired time.Time, waited time.Duration) Seat {
+	var tok *seatToken
+	if n := len(ps.free); n > 0 {
+		tok = ps.free[n-1]
+		ps.free = ps.free[:n-1]
+	} else {
+		tok = new(seatToken)
+	}
+	tok.acquired = acquired
+	return Seat{tok: tok, gen: tok.gen, pool: p, lender: lender, tenant: tenant, waited: waited}
+}
+
+// Release gives the seat back, handing it to the next queued request. Only
+// the first Release of a seat counts.
+func (s Seat) Release() {
+	if s.tok == nil {
+		return
+	}
+	ps := s.pool.set
+	now := time.Now()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if s.tok.gen != s.gen {
+		return
+	}
+	s.tok.gen++
+	if hold := now.Sub(s.tok.acquired); s.pool.meanHold == 0 {
+		s.pool.meanHold = max(hold, 1)
+	} else {
+		s.pool.meanHold += (hold - s.pool.meanHold) / 8
+	}
+	if len(ps.free) < maxFreeTokens {
+		ps.free = append(ps.free, s.tok)
+	}
+	ps.heldLocked(s.pool, s.tenant, now, -1, now.Sub(s.tok.acquired))
+	ps.releaseLocked(s.pool, s.lender, s.tenant)
+}
+
+// Waited reports how long the request waited in the queue for the seat.
+func (s Seat) Waited() time.Duration { return s.waited }
+
+// Borrowed reports whether the seat was borrowed from another pool.
+func (s Seat) Borrowed() bool { return s.lender != s.pool }
