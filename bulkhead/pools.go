@@ -87,6 +87,11 @@ type poolUser struct {
 	topFlow  string // the queue's flow whose next request it is
 	topReady bool   // that request may take a seat (its tenant under its cap)
 	granted  uint64 // Pools.grants when a request of it was last granted
+	// memo is its use at memoAt, while memoOK: a grant asks it of every
+	// tenant once per candidate.
+	memo     float64
+	memoAt   int64
+	memoOK   bool
 	ratio    float64
 	present  int                 // its requests holding seats or queued
 	held     fairshare.Occupancy // its requests holding seats
@@ -342,7 +347,9 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 	if !r.Arrived {
 		// Counted whatever becomes of it: a request the full queue
 		// refuses was asked for all the same.
-		ps.userLocked(p, &r).arrivals.Add(ps.nanos(now), usageTau, 1)
+		u := ps.userLocked(p, &r)
+		u.arrivals.Add(ps.nanos(now), usageTau, 1)
+		u.memoOK = false
 	}
 	if p.queue.Len() == 0 && ps.underCapLocked(&r) {
 		if lender := ps.lenderForLocked(p, &r, now); lender != nil {

@@ -79,6 +79,7 @@ func (ps *Pools) Arrive(pool string, r Request) ShareState {
 	defer ps.mu.Unlock()
 	u := ps.userLocked(p, &r)
 	u.arrivals.Add(t, usageTau, 1)
+	u.memoOK = false
 	ps.shareLevelLocked(p, t)
 	st := ShareState{Use: useOf(u, t), Share: p.level * u.weight}
 	st.Within = st.Use <= st.Share
@@ -110,17 +111,22 @@ func (ps *Pools) ratioLocked(p *pool, tenant string, t int64) float64 {
 	return 0
 }
 
+// lighter is how much less a tenant must use (for its weight) than another
+// to count as lighter than it for the headroom: tenants using about as
+// much as each other keep nothing back from each other.
+const lighter = 2
+
 // headroomLocked is how many of p's free seats a request of a tenant whose
-// use for its weight is ratio, above p's fair level, may not take at t:
-// the seats the tenants lighter than it would need at once nearly all the time — for a use of U
-// seats, U + 2√U rounded up, as for requests arriving at random (one seat
-// for a use of 0.05, three for 0.65) — less those they hold now, and
-// never all of p's seats. Without it, heavier tenants fill a pool to the
-// last seat and the next request of a lighter one waits for one of theirs
-// to end — a 300 ms export in front of a 5 ms read; with it, the lighter
-// tenant's requests find a seat free. A tenant within its fair share
-// takes any free seat: tenants above theirs keep headroom for the others.
-// ps.mu must be held.
+// use for its weight is ratio may not take at t: the seats the tenants
+// using less than half as much (for their weights) would need at once
+// nearly all the time — for a use of U seats, U + 2√U rounded up, as for
+// requests arriving at random (one seat for a use of 0.05, three for
+// 0.65) — less those they hold now, and never all of p's seats. Without
+// it, heavier tenants fill a pool to the last seat and the next request of
+// a lighter one waits for one of theirs to end — a 300 ms export in front
+// of a 5 ms read; with it, the lighter tenant's requests find a seat free.
+// While the pool's seats cover what its tenants ask for, nobody keeps
+// anything back. ps.mu must be held.
 func (ps *Pools) headroomLocked(p *pool, ratio float64, t int64) int {
 	ps.shareLevelLocked(p, t)
 	if ps.noReserve || math.IsInf(p.level, 1) {
@@ -129,7 +135,7 @@ func (ps *Pools) headroomLocked(p *pool, ratio float64, t int64) int {
 	var use float64
 	held := 0
 	for _, u := range p.users {
-		if x := useOf(u, t); x/u.weight < ratio {
+		if x := useOf(u, t); x/u.weight < ratio/lighter {
 			use += x
 			held += u.held.Level()
 		}
@@ -168,19 +174,26 @@ func (ps *Pools) recomputeLocked(p *pool, now int64) {
 
 // useOf is u's use of p at now (see ShareState.Use).
 func useOf(u *poolUser, now int64) float64 {
-	held := u.held.At(now, usageTau)
-	n := u.ended.At(now, usageTau)
-	if n < 1e-3 {
-		return max(held, float64(u.present))
+	if u.memoOK && u.memoAt == now {
+		return u.memo
 	}
-	return max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, held)
+	v := u.held.At(now, usageTau)
+	if n := u.ended.At(now, usageTau); n < 1e-3 {
+		v = max(v, float64(u.present))
+	} else {
+		v = max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, v)
+	}
+	u.memo, u.memoAt, u.memoOK = v, now, true
+	return v
 }
 
 // useLocked counts r's tenant's request entering p, to hold a seat or wait
 // for one (delta +1), or leaving it without having held a seat (-1).
 // ps.mu must be held.
 func (ps *Pools) useLocked(p *pool, r *Request, delta int) {
-	ps.userLocked(p, r).present += delta
+	u := ps.userLocked(p, r)
+	u.present += delta
+	u.memoOK = false
 }
 
 // userLocked returns r's tenant's entry in p, made if need be. ps.mu must
@@ -204,6 +217,7 @@ func (ps *Pools) heldLocked(p *pool, tenant string, now time.Time, delta int, ho
 		return
 	}
 	u.held.Set(ps.nanos(now), usageTau, u.held.Level()+delta)
+	u.memoOK = false
 	if delta < 0 {
 		u.present--
 		if hold > 0 { // not a seat granted as its caller gave up
