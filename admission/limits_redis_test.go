@@ -25,17 +25,8 @@ func TestLimitsOnRedis(t *testing.T) {
 	}))
 	var gates [2]*Gate
 	for i := range gates {
-		client, err := redisstore.NewClient(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = client.Close() })
-		store, err := redisstore.New(client, cfg, redisstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = store.Close() })
-		if gates[i], err = New(testConfig(), reg, Options{Store: store}); err != nil {
+		var err error
+		if gates[i], err = New(testConfig(), reg, Options{Store: redisStoreOn(t, srv, cfg)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -136,6 +136,13 @@ func TestReloadRelimitsBackstop(t *testing.T) {
 func newRedisStore(t *testing.T, cfg redisstore.Config) (*redisstore.Store, *redistest.Server) {
 	t.Helper()
 	srv := redistest.StartServer(t)
+	return redisStoreOn(t, srv, cfg), srv
+}
+
+// redisStoreOn is a store of config cfg on the running srv, closed when t
+// ends; several of them are instances sharing one Redis.
+func redisStoreOn(t *testing.T, srv *redistest.Server, cfg redisstore.Config) *redisstore.Store {
+	t.Helper()
 	cfg.Addrs = []string{srv.Addr()}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = time.Second
@@ -150,7 +157,7 @@ func newRedisStore(t *testing.T, cfg redisstore.Config) (*redisstore.Store, *red
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	return store, srv
+	return store
 }
 
 // TestLaterFull: the buckets a reload must relimit in a shared store are
