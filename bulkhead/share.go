@@ -54,7 +54,12 @@ func (ps *Pools) Share(pool, tenant string) ShareState {
 	if u == nil {
 		return ShareState{Share: p.level, Within: true}
 	}
-	st := ShareState{Use: useOf(u, now), Share: p.level * u.weight}
+	return stateOf(p, u, now)
+}
+
+// stateOf is u's ShareState in p at t, by the level last computed.
+func stateOf(p *pool, u *poolUser, t int64) ShareState {
+	st := ShareState{Use: useOf(u, t), Share: p.level * u.weight}
 	st.Within = st.Use <= st.Share
 	return st
 }
@@ -73,17 +78,14 @@ func (ps *Pools) Arrive(pool string, r Request) ShareState {
 	if r.Weight <= 0 {
 		r.Weight = 1
 	}
-	now := time.Now()
-	t := ps.nanos(now)
+	t := ps.nanos(time.Now())
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	u := ps.userLocked(p, &r)
 	u.arrivals.Add(t, usageTau, 1)
 	u.memoOK = false
 	ps.shareLevelLocked(p, t)
-	st := ShareState{Use: useOf(u, t), Share: p.level * u.weight}
-	st.Within = st.Use <= st.Share
-	return st
+	return stateOf(p, u, t)
 }
 
 // shareLevelLocked recomputes p's fair level at now if it is due. ps.mu
