@@ -153,8 +153,11 @@ func TestNoisyNeighbour(t *testing.T) {
 	}
 }
 
+// TestSlowExport runs 6 s: its exports take about 3 s each, and in a 3 s run
+// under make test's load none of them had ended by the time the run did,
+// so the run was all transient (fairgate missed its margin in 2 of 5).
 func TestSlowExport(t *testing.T) {
-	_, none, fg := noneVsFairgate(t, "slow-export", 3*time.Second)
+	_, none, fg := noneVsFairgate(t, "slow-export", 6*time.Second)
 	if none.P99Ratio < 3*fg.P99Ratio {
 		t.Errorf("worst innocent p99 ratio: none %.2f× is not ≥ 3× fairgate's %.2f×", none.P99Ratio, fg.P99Ratio)
 	}
