@@ -82,14 +82,15 @@ routes:
   - {method: GET,  path: /api/v1/users/me,       cost: 1,  criticality: critical}
   - {method: GET,  path: /api/v1/search,         cost: 2,  criticality: default}
   - {method: POST, path: /api/v1/reports/export, cost: 10, criticality: sheddable}
-# The upstream's 8 connections, one pool per tier; the starter pool may not
-# borrow, so a starter flood stays in its own pool.
+# The upstream's 8 connections, one pool per tier. Every pool may borrow
+# idle seats; a flood borrows only beyond the seats its pool's lighter
+# tenants need (their headroom), so it stays in its own pool.
 bulkhead:
   total: 8
   pools:
     enterprise: {share: 50, lendable_percent: 50, borrowing_percent: 50, queue_length: 32, max_wait: 1s}
     pro:        {share: 30, lendable_percent: 50, borrowing_percent: 50, queue_length: 16, max_wait: 1s}
-    starter:    {share: 20, lendable_percent: 50, borrowing_percent: 0,  queue_length: 4,  max_wait: 500ms}
+    starter:    {share: 20, lendable_percent: 50, borrowing_percent: 50, queue_length: 4,  max_wait: 500ms}
 shedding: {calibration_interval: 1s}
 # The total above is the start; the pools divide what the adaptive limit
 # learns from upstream latency.

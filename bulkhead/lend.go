@@ -16,7 +16,7 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 
 // lenderForLocked is lenderLocked for request r arriving at now: unless r
 // is critical, only seats beyond the lender's headroom for its tenant
-// (headroomLocked).
+// and of p's own (roomLocked).
 func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	if r.Critical {
 		return ps.lenderLocked(p)
@@ -29,7 +29,7 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 // lenderWithLocked is lenderLocked with seats a tenant of ratio may take at
 // t; a negative ratio takes any.
 func (ps *Pools) lenderWithLocked(p *pool, ratio float64, t int64) *pool {
-	room := func(l *pool) bool { return ratio < 0 || ps.roomLocked(l, ratio, t) }
+	room := func(l *pool) bool { return ratio < 0 || ps.roomLocked(p, l, ratio, t) }
 	if p.used < p.nominal && room(p) {
 		return p
 	}

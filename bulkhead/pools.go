@@ -31,6 +31,10 @@ type Pools struct {
 	// tenants above their fair share take every free seat: the negative
 	// control of the headroom tests.
 	noReserve bool
+	// noFloor, a test hook set before first use, makes tenants of any use
+	// keep headroom for lighter ones (no heavyUse): the negative control
+	// of the floor's test.
+	noFloor bool
 
 	// epoch is the origin of the monotonic instants (ns) the pools'
 	// usage averages are kept at.

@@ -165,8 +165,9 @@ func (ps *Pools) dispatchLocked() {
 // first (no tenant's critical read waits behind another's export), then
 // the lightest. Each tenant's own requests go by priority, oldest first
 // (the fair queue's round robin orders the queue only under the fifo test
-// hook); and a tenant takes no seat of the lender's headroom for the
-// tenants lighter than it (headroomLocked), except for a critical request.
+// hook); and a tenant takes no seat of the headroom the lender and p keep
+// for the tenants lighter than it (roomLocked), except for a critical
+// request.
 func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
 	var w *waiter
 	ok := false
@@ -206,7 +207,7 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
 			return cmp.Compare(a.granted, b.granted) // equals: the one served longest ago
 		})
 		for _, u := range waiting {
-			if !u.topReady || !u.critical && !ps.roomLocked(lender, u.ratio, t) {
+			if !u.topReady || !u.critical && !ps.roomLocked(p, lender, u.ratio, t) {
 				continue
 			}
 			if w, ok = p.queue.popOldest(u.topFlow); ok {

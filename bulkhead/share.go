@@ -22,9 +22,11 @@ type ShareState struct {
 	// Use is the seats the tenant's requests ask for: the rate at which
 	// they arrive at the pool (refused ones too) times how long they hold
 	// a seat, or the seats they held, if more — each averaged over about
-	// UsageWindow; until one of its requests has ended, its requests
-	// holding or waiting for seats now (a flood of long requests is heavy
-	// from its first requests, not when the first of them ends). Once its
+	// UsageWindow; until one of its requests has ended (lately), its
+	// requests holding or waiting for seats now beyond the first (a flood
+	// of long requests is heavy from its first requests, not when the
+	// first of them ends; a tenant back after a quiet spell, with one
+	// request, is not a flood). Once its
 	// requests end, time spent waiting in the queue does not count: a
 	// light tenant that other tenants' requests keep waiting is not made
 	// heavy by the wait.
@@ -118,20 +120,29 @@ func (ps *Pools) ratioLocked(p *pool, tenant string, t int64) float64 {
 // much as each other keep nothing back from each other.
 const lighter = 2
 
-// headroomLocked is how many of p's free seats a request of a tenant whose
-// use for its weight is ratio may not take at t: the seats the tenants
-// using less than half as much (for their weights) would need at once
-// nearly all the time — for a use of U seats, U + 2√U rounded up, as for
-// requests arriving at random (one seat for a use of 0.05, three for
-// 0.65) — less those they hold now, and never all of p's seats. Without
-// it, heavier tenants fill a pool to the last seat and the next request of
-// a lighter one waits for one of theirs to end — a 300 ms export in front
-// of a 5 ms read; with it, the lighter tenant's requests find a seat free.
-// While the pool's seats cover what its tenants ask for, nobody keeps
-// anything back. ps.mu must be held.
-func (ps *Pools) headroomLocked(p *pool, ratio float64, t int64) int {
+// heavyUse is the least use (for its weight) of a tenant that keeps
+// headroom back for lighter ones: a tenant using less than a quarter of a
+// seat holds one now and then, briefly, and its requests are no flood.
+// Among many such tenants, their uses scatter by chance over a range wider
+// than lighter, and without the floor each would keep seats back from the
+// next.
+const heavyUse = 0.25
+
+// lighterNeedLocked is how many free seats the tenants of p using less
+// than half as much (for their weights) as a tenant whose use for its
+// weight is ratio would need at t, beyond those they hold: for a use of U
+// seats, U + 2√U rounded up, as for requests arriving at random (one seat
+// for a use of 0.05, three for 0.65), nearly all the time. Without it,
+// heavier tenants fill the seats to the last and the next request of a
+// lighter one waits for one of theirs to end — a 300 ms export in front of
+// a 5 ms read; with it, the lighter tenant's requests find a seat free.
+// The seats are kept back even while p's seats cover what its tenants ask
+// for on average: a heavy tenant's requests come in bursts too, and a
+// burst of exports holds every seat for as long as an export takes.
+// ps.mu must be held.
+func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 	ps.shareLevelLocked(p, t)
-	if ps.noReserve || math.IsInf(p.level, 1) {
+	if ps.noReserve || ratio < heavyUse && !ps.noFloor {
 		return 0
 	}
 	var use float64
@@ -143,13 +154,41 @@ func (ps *Pools) headroomLocked(p *pool, ratio float64, t int64) int {
 		}
 	}
 	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
-	return min(max(need-held, 0), p.nominal-1)
+	return max(need-held, 0)
 }
 
-// roomLocked reports whether lender has a free seat that a request of a
-// tenant whose use for its weight is ratio may take at t.
-func (ps *Pools) roomLocked(lender *pool, ratio float64, t int64) bool {
-	return lender.nominal-lender.used > ps.headroomLocked(lender, ratio, t)
+// roomLocked reports whether a request of p whose tenant's use for its
+// weight is ratio may take a free seat of lender at t. Two pools' lighter
+// tenants keep their headroom: the lender's own, of its free seats; and,
+// when the seat is borrowed, p's, of the seats p can reach now — its own
+// free seats and those it may still borrow from idle pools. A heavy tenant
+// then does not spend its pool's borrowing on seats its lighter neighbours
+// need the moment their own are taken. Seats idle pools could lend come and
+// go with those pools' own traffic, so they never make up for p's own
+// headroom: a heavy tenant takes p's own seats only beyond it. Neither
+// keeps the last seat it has back from anyone. ps.mu must be held.
+func (ps *Pools) roomLocked(p, lender *pool, ratio float64, t int64) bool {
+	if lender.nominal-lender.used <= min(ps.lighterNeedLocked(lender, ratio, t), lender.nominal-1) {
+		return false
+	}
+	if lender == p {
+		return true
+	}
+	borrow := min(p.borrowLimit-p.borrowed, ps.lendableToLocked(p))
+	free := max(p.nominal-p.used, 0) + borrow
+	return free > min(ps.lighterNeedLocked(p, ratio, t), p.nominal+p.borrowed+borrow-1)
+}
+
+// lendableToLocked is how many seats idle pools could lend p now. ps.mu
+// must be held.
+func (ps *Pools) lendableToLocked(p *pool) int {
+	n := 0
+	for _, l := range ps.order {
+		if l != p && l.queue.Len() == 0 {
+			n += max(min(l.nominal-l.used, l.lendable-l.lent), 0)
+		}
+	}
+	return n
 }
 
 // recomputeLocked sets p's fair level at now, and forgets the users with
@@ -181,7 +220,7 @@ func useOf(u *poolUser, now int64) float64 {
 	}
 	v := u.held.At(now, usageTau)
 	if n := u.ended.At(now, usageTau); n < 1e-3 {
-		v = max(v, float64(u.present))
+		v = max(v, float64(u.present-1))
 	} else {
 		v = max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, v)
 	}

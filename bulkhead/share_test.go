@@ -180,3 +180,65 @@ func TestFullQueueMakesRoomForATenantWithinItsShare(t *testing.T) {
 		r.seat.Release()
 	})
 }
+
+// A tenant's one request at a time is no flood: back after a quiet spell,
+// its use does not count the request it holds until one has ended; two
+// more at once do count.
+func TestLoneRequestIsNoFlood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 4, MaxWait: time.Second})
+		s := mustAcquire(t, ps, "p", "a")
+		time.Sleep(10 * time.Millisecond)
+		s.Release()
+		time.Sleep(10 * UsageWindow) // quiet: what it did has faded
+		s = mustAcquire(t, ps, "p", "a")
+		if use := ps.Share("p", "a").Use; use > 0.01 {
+			t.Errorf("one request back after a quiet spell: use %.3f; want ~0", use)
+		}
+		more := []Seat{mustAcquire(t, ps, "p", "a"), mustAcquire(t, ps, "p", "a")}
+		if use := ps.Share("p", "a").Use; use < 2 {
+			t.Errorf("three requests at once, none ended: use %.3f; want ≥ 2", use)
+		}
+		for _, m := range append(more, s) {
+			m.Release()
+		}
+	})
+}
+
+// lightBehindLighter: pool p of 2 seats, one held for the whole run by
+// hog's one long request; light sends a 10 ms read every 250 ms and
+// lighter one every second. noFloor lets light keep headroom for lighter.
+func lightBehindLighter(t *testing.T, noFloor bool) (light flowReport) {
+	ps := onePool(t, 2, PoolConfig{Share: 1, QueueLength: 8, MaxWait: 500 * time.Millisecond})
+	ps.noFloor = noFloor
+	arrivals := []arrival{{at: 0, pool: "p", flow: "hog", service: 6 * time.Second}}
+	arrivals = append(arrivals, openLoop("p", "light", time.Millisecond, 5*time.Second, 250*time.Millisecond, 10*time.Millisecond)...)
+	arrivals = append(arrivals, openLoop("p", "lighter", 600*time.Millisecond, 5*time.Second, time.Second, 10*time.Millisecond)...)
+	reports, _ := play(t, ps, arrivals)
+	return reports["light"]
+}
+
+// Tenants using a small part of a seat keep nothing back from each other,
+// however their uses compare: light's reads take the one free seat at
+// once, though lighter uses a quarter as much.
+func TestLightTenantsKeepNoHeadroomFromEachOther(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		light := lightBehindLighter(t, false)
+		t.Logf("light: %v", light)
+		if light.completion() < 1 || light.maxWait > 0 {
+			t.Errorf("light: %v; want every read served at once", light)
+		}
+	})
+}
+
+// Negative control: without the floor, light keeps the free seat for
+// lighter, and its own reads wait.
+func TestWithoutFloorLightWaitsForLighter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		light := lightBehindLighter(t, true)
+		t.Logf("light without the floor: %v", light)
+		if light.completion() == 1 && light.maxWait == 0 {
+			t.Errorf("light without the floor: %v; the test above cannot fail", light)
+		}
+	})
+}
