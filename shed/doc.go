@@ -24,9 +24,12 @@
 //     behind exports. Each call has a class ([Limiter.TryAcquireClass]: the
 //     gateway passes the route) and is compared with its class's typical
 //     latency; once per 32 calls, if the geometric mean of those ratios is
-//     above 1.2 the calls are waiting and the ceiling is cut by 10%, below
-//     1.05 (and the limit in use) it rises by about one per ceiling's worth
-//     of calls. A limit nobody uses does not climb.
+//     above 1.2, or two of the calls are late (over 3× their class's 90th
+//     percentile: a 5 ms read behind a full connection pool, while the
+//     other calls keep the mean down), the calls are waiting and the
+//     ceiling is cut by 10%; below 1.05 with no late call (and the limit in
+//     use) it rises by one per 32 calls. A limit nobody uses does not
+//     climb.
 //
 //   - A configured maximum healthy latency. A call that takes longer than
 //     [AdaptiveConfig.MaxLatency] is never learnt (the gradient's baseline
@@ -38,9 +41,9 @@
 //     it is released, Drop included, so a steady stream of timeouts cannot let
 //     the limit creep up on the few fast calls that still complete.
 //
-// Healthy calls raise the ceiling again additively (about +1 per limit's
-// worth of healthy calls while the limit is in use), so it recovers within
-// a few round trips once the upstream is fast again. The ceiling starts at
+// Healthy calls raise the ceiling again additively (+1 per 32 healthy
+// calls, or per limit's worth above 32, while the limit is in use), so it
+// recovers within a few round trips once the upstream is fast again. The ceiling starts at
 // the initial limit.
 //
 // failsafe-go's limiter reads the wall clock (time.Now) and offers no way to

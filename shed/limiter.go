@@ -148,8 +148,10 @@ func (l *Limiter) release(p *permit, learn bool) {
 // latency (queueSense). Only while the limit is in use (at least half of
 // it in flight: with pools, one pool may be full while others idle): while the calls wait in the upstream's queue,
 // the ceiling is cut by cutFactor once per window of calls (multiplicative
-// decrease, down to Min); while they do not, it rises by about one per
-// ceiling's worth of calls (additive increase, up to Max). A limit nobody
+// decrease, down to Min); while they do not, it rises by one per window of
+// calls, or per ceiling's worth above that (additive increase, up to Max) —
+// no faster than it can be cut, so that a limit a little above the
+// upstream's capacity, where only some calls wait, does not drift upward. A limit nobody
 // uses does not climb — at the next surge it would let a queue build in
 // the upstream for as long as it takes to come back down — and a wait we
 // do not cause (a slow moment of a lightly used upstream) cuts nothing.
@@ -169,7 +171,11 @@ func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
 		base := min(l.ceiling, float64(l.innerLimit.Load()))
 		l.ceiling = max(l.min, math.Floor(min(base*cutFactor, base-1)))
 	case state == queueHealthy || state == queueUnknown:
-		l.ceiling = min(l.max, l.ceiling+1/l.ceiling)
+		step := 1 / max(l.ceiling, senseWindow)
+		if l.sense.meanOnly {
+			step = 1 / l.ceiling
+		}
+		l.ceiling = min(l.max, l.ceiling+step)
 	}
 	l.ceilingInt.Store(int64(l.ceiling))
 }

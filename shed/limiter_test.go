@@ -1,6 +1,7 @@
 package shed
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -319,5 +320,79 @@ func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
 	}
 	if gradient <= 11 {
 		t.Errorf("gradient alone: mean limit %.1f; the test above cannot fail", gradient)
+	}
+}
+
+// poolLimit plays open-loop traffic through l for 30 s to an upstream
+// with a pool of 8 connections (a call beyond them waits for one, first
+// come first served): 400 reads of 5 ms a second (class 1) and 16 exports
+// of 300 ms (class 2), Poisson, seeded — 6.8 connections' worth, so that
+// only at the peaks of the exports' arrivals do reads wait. meanOnly
+// applies the rules before late calls. It returns the mean limit over the last
+// 10 s and the share of reads in them that waited 15 ms or more for a
+// connection.
+func poolLimit(t *testing.T, meanOnly bool) (limit, waited float64) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.sense.meanOnly = meanOnly
+		conns := make(chan struct{}, 8)
+		rng := rand.New(rand.NewPCG(20261130, 8))
+		var wg sync.WaitGroup
+		var reads, late atomic.Int64
+		start := time.Now()
+		go func() { limit = meanLimit(l, 30*time.Second, 100*time.Millisecond) }()
+		for elapsed := time.Duration(0); elapsed < 30*time.Second; {
+			gap := time.Duration(rng.ExpFloat64() / 416 * float64(time.Second))
+			time.Sleep(gap)
+			elapsed += gap
+			class, d := 1, 5*time.Millisecond
+			if rng.IntN(416) < 16 {
+				class, d = 2, 300*time.Millisecond
+			}
+			p, ok := l.TryAcquireClass(class)
+			if !ok {
+				continue
+			}
+			wg.Go(func() {
+				at := time.Now()
+				conns <- struct{}{}
+				if wait := time.Since(at); class == 1 && at.Sub(start) >= 20*time.Second {
+					reads.Add(1)
+					if wait >= 15*time.Millisecond {
+						late.Add(1)
+					}
+				}
+				time.Sleep(d)
+				<-conns
+				p.Record()
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		waited = float64(late.Load()) / float64(max(reads.Load(), 1))
+	})
+	return limit, waited
+}
+
+// A limit a little above what the upstream serves at once shows in a few
+// calls only — reads that find every connection taken by exports — while
+// the rest keep the window's mean down. Late calls cut the limit all the
+// same, and a healthy window raises it no faster than a late one cuts it.
+// Negative control: judged by the mean alone and raised by one per
+// ceiling's worth of calls, the limit drifts above the pool and reads wait
+// for a connection eight times as often.
+func TestLimiterSeesLateCalls(t *testing.T) {
+	limit, waited := poolLimit(t, false)
+	meanLimit, meanWaited := poolLimit(t, true)
+	t.Logf("late calls: mean limit %.1f, %.2f%% of reads waited ≥ 15 ms; mean alone: %.1f, %.2f%%", limit, 100*waited, meanLimit, 100*meanWaited)
+	if waited > 0.005 {
+		t.Errorf("with late calls %.2f%% of reads waited ≥ 15 ms for a connection; want ≤ 0.5%%", 100*waited)
+	}
+	if meanWaited <= 0.005 {
+		t.Errorf("judged by the mean alone %.2f%% of reads waited; the test above cannot fail", 100*meanWaited)
 	}
 }

@@ -41,6 +41,14 @@ const (
 	// as the new normal, yet a route that really became slower is, in a
 	// minute or so.
 	typicalDrift = 0.1
+	// lateFactor: a call that takes this many times its class's usual
+	// slow latency (its 90th percentile) is late — it waited for
+	// something its class does not wait for in the normal way of things
+	// (a 5 ms read behind a full connection pool). lateCalls late calls
+	// in a window mean a queue even when the other calls of the window
+	// keep the mean down; one late call holds the limit where it is.
+	lateFactor = 3
+	lateCalls  = 2
 )
 
 // queueState is the judgement of the latest window of calls.
@@ -57,11 +65,18 @@ const (
 // calls against them. It is not safe for concurrent use: Limiter guards it.
 type queueSense struct {
 	typical [MaxLatencyClasses]float64 // log of seconds, per class
+	slow    [MaxLatencyClasses]float64 // log of the 90th percentile, per class
 	seen    [MaxLatencyClasses]int
 	last    [MaxLatencyClasses]time.Time // when typical last moved
 	sum     float64                      // Σ log(latency/typical) over the current window
 	n       int                          // calls in the current window
+	late    int                          // late calls in the current window
 	state   queueState
+	// meanOnly, a test hook, judges windows by their mean alone, and the
+	// Limiter raises its ceiling by one per ceiling's worth of healthy
+	// calls: the rules before late calls, the negative control of their
+	// test.
+	meanOnly bool
 }
 
 // record judges one call of class that took d, ending at now, and returns
@@ -76,10 +91,13 @@ func (q *queueSense) record(class int, d time.Duration, now time.Time, atMin boo
 		// median, which then moves in small steps.
 		q.seen[class]++
 		q.typical[class] += (x - q.typical[class]) / float64(q.seen[class])
+		if q.seen[class] == 1 || x > q.slow[class] {
+			q.slow[class] = x
+		}
 		q.last[class] = now
 		return q.state, false
 	}
-	t := q.typical[class]
+	t, slow := q.typical[class], q.slow[class]
 	step := typicalDrift * min(now.Sub(q.last[class]).Seconds(), 1)
 	q.last[class] = now
 	if q.state == queueQueueing && !atMin {
@@ -90,16 +108,30 @@ func (q *queueSense) record(class int, d time.Duration, now time.Time, atMin boo
 	} else {
 		q.typical[class] -= step
 	}
+	// The 90th percentile moves up nine times as far as down: it rests
+	// where one call in ten is above it. It starts at the slowest of the
+	// first calls, and never falls below the median.
+	if x > slow {
+		q.slow[class] += 1.8 * step
+	} else {
+		q.slow[class] = max(slow-0.2*step, q.typical[class])
+	}
 	q.sum += x - t
 	q.n++
+	if x > slow+math.Log(lateFactor) && !q.meanOnly {
+		q.late++
+	}
 	if q.n < senseWindow {
 		return q.state, false
 	}
 	ratio := math.Exp(q.sum / float64(q.n))
-	q.sum, q.n = 0, 0
+	late := q.late
+	q.sum, q.n, q.late = 0, 0, 0
 	switch {
-	case ratio > queueingRatio:
+	case ratio > queueingRatio || late >= lateCalls:
 		q.state = queueQueueing
+	case late > 0:
+		q.state = queueHolding
 	case ratio < healthyRatio:
 		q.state = queueHealthy
 	default:
