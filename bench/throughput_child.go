@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/internal/demoapi"
 )
 
 // The servers of the throughput scenario run as child processes, each on
@@ -85,8 +86,8 @@ func cpuOf(pid int) time.Duration {
 }
 
 // ServeThroughputChild is the bench-server subcommand: it serves mode
-// ("upstream", "reverseproxy" or "fairgate", the last two in front of
-// upstream) on a loopback port, prints the address, and serves until ctx
+// ("upstream", "demo-upstream" (the demo API), or in front of upstream
+// "reverseproxy", "fairgate" or "fairgate-demo" (the demo config)) on a loopback port, prints the address, and serves until ctx
 // is done.
 func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.Writer) error {
 	var h http.Handler
@@ -105,8 +106,14 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		}
 		h = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
 			Transport: proxyTransport(), ErrorLog: discardLog}
-	case "fairgate":
-		cfg, err := throughputConfig(upstream)
+	case "demo-upstream":
+		h = demoapi.New(demoapi.Config{Connections: 16})
+	case "fairgate", "fairgate-demo":
+		config := throughputConfig
+		if mode == "fairgate-demo" {
+			config = demoConfig
+		}
+		cfg, err := config(upstream)
 		if err != nil {
 			return err
 		}
