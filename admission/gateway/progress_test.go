@@ -34,3 +34,36 @@ func TestStalledReaderReleased(t *testing.T) {
 	waitFor(t, func() bool { slots, _ := held(t, srv, "globex"); return slots == 1 })
 	waitReleased(t, srv, "globex")
 }
+
+// deadlineWriter records the write deadlines set on it.
+type deadlineWriter struct {
+	http.ResponseWriter
+	set []time.Time
+}
+
+func (d *deadlineWriter) SetWriteDeadline(t time.Time) error {
+	d.set = append(d.set, t)
+	return nil
+}
+
+// TestProgressWriterMovesSeldom: a write moves the deadline only when the
+// last move is more than idle/16 old, so each write has at least 15/16 of
+// idle, and a small answer moves it once.
+func TestProgressWriterMovesSeldom(t *testing.T) {
+	const idle = 16 * time.Second
+	w := &deadlineWriter{}
+	p := newProgressWriter(w, idle)
+	t0 := p.moved
+	for _, step := range []struct {
+		at   time.Duration // after the first move
+		want int           // moves so far
+	}{{0, 1}, {time.Millisecond, 1}, {time.Second, 1}, {time.Second + time.Nanosecond, 2}, {2 * time.Second, 2}, {10 * time.Second, 3}} {
+		p.extend(t0.Add(step.at))
+		if len(w.set) != step.want {
+			t.Fatalf("at %v: %d moves, want %d", step.at, len(w.set), step.want)
+		}
+		if last, now := w.set[len(w.set)-1], t0.Add(step.at); last.Sub(now) < idle*15/16 {
+			t.Fatalf("at %v: the write has %v, want at least %v", step.at, last.Sub(now), idle*15/16)
+		}
+	}
+}
