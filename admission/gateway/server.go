@@ -335,13 +335,19 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, max)
+		// A request without a body (net/http's NoBody: no Content-Length
+		// and not chunked) has nothing to limit, and skips the reader's
+		// allocation.
+		if r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, max)
+		}
 		// No protocol upgrades (WebSocket, h2c): a tunnel would carry
 		// requests the pipeline never sees. Without the header the
 		// request is served as ordinary HTTP, as by a server that does
-		// not speak the protocol.
-		r.Header.Del("Upgrade")
-		r.Header.Del("Http2-Settings")
+		// not speak the protocol. (The keys are canonical: delete, not
+		// Header.Del, which canonicalizes them again.)
+		delete(r.Header, "Upgrade")
+		delete(r.Header, "Http2-Settings")
 		next.ServeHTTP(w, r)
 	})
 }
