@@ -30,8 +30,10 @@ import (
 // ThroughputModes are the modes of the throughput scenario, in run order.
 // NAME-flood is the flood round (flood.go) with NAME in front of the demo
 // API; it runs once a round, not once per connection count.
-var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "nginx", "nginx-429", "haproxy", "haproxy-429",
-	"fairgate-flood", "nginx-flood"}
+// fairgate-gc100 is fairgate with the collector at Go's default target
+// (server.gc_percent 100) instead of fairgate's (DefaultGCPercent).
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429",
+	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "nginx-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -125,7 +127,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		if servers[name] == nil {
 			var c *child
 			switch name {
-			case "reverseproxy", "fairgate":
+			case "reverseproxy", "fairgate", "fairgate-gc100":
 				c, err = startChild(ctx, o.Binary, name, up.url)
 			case "nginx", "haproxy":
 				if _, lerr := exec.LookPath(name); lerr != nil {
@@ -461,7 +463,7 @@ func WriteThroughput(w io.Writer, res ThroughputResult) error {
 		}
 		byKey[k][r.Mode] = r
 	}
-	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx | CPU per 200, fairgate / fairgate-gc100 | CPU per 429, fairgate / fairgate-gc100 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	keys := slices.Collect(func(yield func([2]int) bool) {
 		for k := range byKey {
 			if !yield(k) {
@@ -474,9 +476,10 @@ func WriteThroughput(w io.Writer, res ThroughputResult) error {
 		m := byKey[k]
 		fg, rp, d, ng := m["fairgate"], m["reverseproxy"], m["direct"], m["nginx"]
 		fgRej, ngRej := m["fairgate-429"], m["nginx-429"]
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
+		gc, gcRej := m["fairgate-gc100"], m["fairgate-gc100-429"]
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
 			ratio(fg.OK, ng.OK), diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected),
-			ratio(fgRej.ServerCPU, ngRej.ServerCPU))
+			ratio(fgRej.ServerCPU, ngRej.ServerCPU), ratio(fg.ServerCPU, gc.ServerCPU), ratio(fgRej.ServerCPU, gcRej.ServerCPU))
 	}
 	if len(res.Floods) > 0 {
 		b.WriteString("\n")

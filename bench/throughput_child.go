@@ -87,7 +87,8 @@ func cpuOf(pid int) time.Duration {
 
 // ServeThroughputChild is the bench-server subcommand: it serves mode
 // ("upstream", "demo-upstream" (the demo API), or in front of upstream
-// "reverseproxy", "fairgate" or "fairgate-demo" (the demo config)) on a loopback port, prints the address, and serves until ctx
+// "reverseproxy", "fairgate", "fairgate-gc100" (server.gc_percent 100,
+// Go's default) or "fairgate-demo" (the demo config)) on a loopback port, prints the address, and serves until ctx
 // is done.
 func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.Writer) error {
 	var h http.Handler
@@ -108,7 +109,7 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 			Transport: proxyTransport(), ErrorLog: discardLog}
 	case "demo-upstream":
 		h = demoapi.New(demoapi.Config{Connections: 16})
-	case "fairgate", "fairgate-demo":
+	case "fairgate", "fairgate-gc100", "fairgate-demo":
 		config := throughputConfig
 		if mode == "fairgate-demo" {
 			config = demoConfig
@@ -117,10 +118,15 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		if err != nil {
 			return err
 		}
+		if mode == "fairgate-gc100" {
+			cfg.Server.GCPercent = 100 // Go's default, to compare with fairgate's
+		}
 		gw, err := gateway.New(cfg, gateway.Options{})
 		if err != nil {
 			return err
 		}
+		// As fairgate serve does: the config's collector settings.
+		gateway.ApplyGC(gw.Config().Server, os.Getenv)
 		h, closeFn = gw.Handler(), gw.Close
 	default:
 		return fmt.Errorf("bench: unknown server mode %q", mode)

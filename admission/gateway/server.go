@@ -238,6 +238,9 @@ func (copyBuffers) Put(b []byte) {
 	}
 }
 
+// Config returns the config in force, defaults filled in.
+func (s *Server) Config() Config { return *s.cfg.Load() }
+
 // Handler returns the gateway's public handler.
 func (s *Server) Handler() http.Handler { return s.edge }
 
@@ -266,10 +269,14 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 	}
 	old := s.cfg.Swap(&cfg)
 	// max_body_bytes and write_idle_timeout are read per request and
-	// apply at once; the rest of these are fixed when the server starts.
+	// apply at once, gc_percent and memory_limit when main calls ApplyGC
+	// after the reload; the rest of these are fixed when the server
+	// starts.
 	oldSrv, newSrv := old.Server, cfg.Server
 	oldSrv.MaxBodyBytes, newSrv.MaxBodyBytes = 0, 0
 	oldSrv.WriteIdleTimeout, newSrv.WriteIdleTimeout = 0, 0
+	oldSrv.GCPercent, newSrv.GCPercent = 0, 0
+	oldSrv.MemoryLimit, newSrv.MemoryLimit = 0, 0
 	var later []string
 	for _, f := range []struct {
 		name    string
