@@ -93,6 +93,7 @@ func cpuOf(pid int) time.Duration {
 func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.Writer) error {
 	var h http.Handler
 	var closeFn func() error
+	var srv *http.Server // nil: a plain one
 	switch mode {
 	case "upstream":
 		body := []byte(`{"id":"me","name":"bench"}` + "\n")
@@ -127,7 +128,9 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		}
 		// As fairgate serve does: the config's collector settings.
 		gateway.ApplyGC(gw.Config().Server, os.Getenv)
+		// The http.Server that serve runs (timeouts, ConnContext).
 		h, closeFn = gw.Handler(), gw.Close
+		srv, _ = gw.HTTPServers()
 	default:
 		return fmt.Errorf("bench: unknown server mode %q", mode)
 	}
@@ -135,7 +138,9 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	if srv == nil {
+		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	}
 	fmt.Fprintln(stdout, ln.Addr())
 	go func() {
 		<-ctx.Done()

@@ -336,7 +336,7 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(admission.HeaderRequestID)
 		srv := s.cfg.Load().Server
-		w = newProgressWriter(w, srv.WriteIdleTimeout)
+		w = newProgressWriter(w, r, srv.WriteIdleTimeout)
 		max := srv.MaxBodyBytes
 		if r.ContentLength > max {
 			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
