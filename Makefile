@@ -2,7 +2,7 @@
 GO      ?= go
 FUZZTIME ?= 3s
 
-.PHONY: test vet unit fuzz-short build bench bench-throughput bench-deps deps
+.PHONY: test vet unit fuzz-short build bench bench-throughput bench-flood bench-deps deps
 
 # vet, the race-enabled test suite against real redis-server processes and a
 # real Jaeger (both installed or built by .ci/deps.sh when missing), and each
@@ -42,6 +42,11 @@ bench:
 # interleaved rounds at -c8 and -c64 (bench/PERF.md).
 bench-throughput: build
 	bin/fairgate bench --scenario throughput --rounds 3 --duration 5s --out bench-out
+
+# The flood rounds alone: an innocent tenant's p99 on the demo config, quiet
+# and during an 8,000/s flood of one over-quota key (bench/PERF.md).
+bench-flood: build
+	bin/fairgate bench --scenario throughput --rounds 3 --modes fairgate-flood,nginx-flood --out bench-out/flood
 
 # The external servers the throughput scenario compares with (Debian
 # packages), installed when missing.

@@ -28,7 +28,12 @@ import (
 // them, and the ratios are taken within a round.
 
 // ThroughputModes are the modes of the throughput scenario, in run order.
-var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "nginx", "nginx-429", "haproxy", "haproxy-429"}
+// NAME-flood is the flood round (flood.go) with NAME in front of the demo
+// API; it runs once a round, not once per connection count.
+// fairgate-gc100 is fairgate with the collector at Go's default target
+// (server.gc_percent 100) instead of fairgate's (DefaultGCPercent).
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429",
+	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "nginx-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -52,6 +57,9 @@ type ThroughputOptions struct {
 	Rounds int
 	// Duration of one measurement. Zero: 5s.
 	Duration time.Duration
+	// FloodDuration is each phase of a flood round (quiet, then flood).
+	// Zero: 10s.
+	FloodDuration time.Duration
 	// Progress, when set, gets a line per measurement.
 	Progress io.Writer
 }
@@ -75,8 +83,14 @@ type ThroughputRow struct {
 	Errors  int
 }
 
+// ThroughputResult is what the throughput scenario measured.
+type ThroughputResult struct {
+	Rows   []ThroughputRow
+	Floods []FloodRow
+}
+
 // Throughput runs the throughput scenario.
-func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, error) {
+func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, error) {
 	if o.Modes == nil {
 		o.Modes = ThroughputModes
 	}
@@ -89,19 +103,31 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 	if o.Duration == 0 {
 		o.Duration = 5 * time.Second
 	}
+	if o.FloodDuration == 0 {
+		o.FloodDuration = 10 * time.Second
+	}
+	var res ThroughputResult
 	up, err := startChild(ctx, o.Binary, "upstream", "")
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	defer up.stop()
 	servers := map[string]*child{"direct": up}
-	for _, m := range o.Modes {
+	modes, floods := splitFloodModes(o.Modes)
+	if len(floods) > 0 {
+		stop, err := startFloodServers(ctx, o.Binary, floods, servers)
+		defer stop()
+		if err != nil {
+			return res, err
+		}
+	}
+	for _, m := range modes {
 		// NAME-429 floods the one over-quota key at NAME's server.
 		name := strings.TrimSuffix(m, "-429")
 		if servers[name] == nil {
 			var c *child
 			switch name {
-			case "reverseproxy", "fairgate":
+			case "reverseproxy", "fairgate", "fairgate-gc100":
 				c, err = startChild(ctx, o.Binary, name, up.url)
 			case "nginx", "haproxy":
 				if _, lerr := exec.LookPath(name); lerr != nil {
@@ -113,20 +139,19 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 				}
 				c, err = startExternal(ctx, name, conf, up.url)
 			default:
-				return nil, fmt.Errorf("bench: unknown throughput mode %q", m)
+				return res, fmt.Errorf("bench: unknown throughput mode %q", m)
 			}
 			if err != nil {
-				return nil, err
+				return res, err
 			}
 			defer c.stop()
 			servers[name] = c
 		}
 		servers[m] = servers[name]
 	}
-	var rows []ThroughputRow
 	for round := 1; round <= o.Rounds; round++ {
 		for _, conns := range o.Conns {
-			for _, m := range o.Modes {
+			for _, m := range modes {
 				row := ThroughputRow{Round: round, Conns: conns, Mode: m}
 				srv := servers[m]
 				switch {
@@ -139,19 +164,82 @@ func Throughput(ctx context.Context, o ThroughputOptions) ([]ThroughputRow, erro
 					}
 					row, err = measure(ctx, srv, up, conns, o.Duration, key)
 					if err != nil {
-						return rows, err
+						return res, err
 					}
 					row.Round, row.Conns, row.Mode = round, conns, m
 				}
-				rows = append(rows, row)
+				res.Rows = append(res.Rows, row)
 				if o.Progress != nil {
 					fmt.Fprintf(o.Progress, "round %d c%d %-12s %8.0f ok/s %8.0f 429/s  server %6.1f µs/answer (%3.0f%% of its core)  %s\n",
 						round, conns, m, row.OK, row.Rejected, row.ServerCPU, row.ServerBusy*100, row.Skipped)
 				}
 			}
 		}
+		for _, m := range floods {
+			row := FloodRow{Round: round, Mode: m}
+			if srv := servers[m]; srv == nil {
+				row.Skipped = skipReason(strings.TrimSuffix(m, "-flood"))
+			} else if row, err = measureFlood(ctx, srv, o.FloodDuration); err != nil {
+				return res, err
+			}
+			row.Round, row.Mode = round, m
+			res.Floods = append(res.Floods, row)
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "round %d %-15s flood %6.0f sent/s (%4.1f%% late) %6.0f 429/s  innocent p99 %6.2f ms quiet, %6.2f ms flood (%.2f×)  server %5.1f µs/answer (%3.0f%% of its core)  %s\n",
+					round, m, row.Sent, row.Late*100, row.Flood429, row.QuietP99, row.LoudP99, row.Ratio(), row.ServerCPU, row.ServerBusy*100, row.Skipped)
+			}
+		}
 	}
-	return rows, nil
+	return res, nil
+}
+
+// splitFloodModes separates the flood rounds' modes from the others.
+func splitFloodModes(all []string) (modes, floods []string) {
+	for _, m := range all {
+		if strings.HasSuffix(m, "-flood") {
+			floods = append(floods, m)
+		} else {
+			modes = append(modes, m)
+		}
+	}
+	return modes, floods
+}
+
+// startFloodServers starts the demo API and, in front of it, the server of
+// each flood mode (nginx's only when installed), into servers. stop stops
+// what it started, also after an error.
+func startFloodServers(ctx context.Context, bin string, floods []string, servers map[string]*child) (stop func(), err error) {
+	var started []*child
+	stop = func() {
+		for _, c := range slices.Backward(started) {
+			c.stop()
+		}
+	}
+	demo, err := startChild(ctx, bin, "demo-upstream", "")
+	if err != nil {
+		return stop, err
+	}
+	started = append(started, demo)
+	for _, m := range floods {
+		var c *child
+		switch m {
+		case "fairgate-flood":
+			c, err = startChild(ctx, bin, "fairgate-demo", demo.url)
+		case "nginx-flood":
+			if _, lerr := exec.LookPath("nginx"); lerr != nil {
+				continue // reported as skipped in every round
+			}
+			c, err = startExternal(ctx, "nginx", nginxDemoConf, demo.url)
+		default:
+			return stop, fmt.Errorf("bench: unknown throughput mode %q", m)
+		}
+		if err != nil {
+			return stop, err
+		}
+		started = append(started, c)
+		servers[m] = c
+	}
+	return stop, nil
 }
 
 // skipReason says why an external server's mode is skipped: the only
@@ -163,8 +251,21 @@ func skipReason(name string) string {
 // nginxConf is nginx in front of the upstream, limiting by key as the
 // issue's comparison did: limit_req keyed by the Authorization header, the
 // flood key at one request a minute, every other key far from binding.
-// One process (master_process off), so /proc/PID/stat is the server's.
-const nginxConf = `worker_processes 1;
+const nginxConf = nginxHead + `  map $http_authorization $flood { "Bearer {{flood}}" $http_authorization; default ""; }
+  map $http_authorization $tenant { "Bearer {{flood}}" ""; default $http_authorization; }
+  limit_req_zone $flood zone=flood:1m rate=1r/m;
+  limit_req_zone $tenant zone=tenants:10m rate=1000000r/s;
+` + nginxLocation + `      limit_req zone=flood nodelay;
+      limit_req zone=tenants burst=1000000 nodelay;
+` + nginxTail
+
+// An nginx config of the scenario is nginxHead, its zones (lines of the
+// http block), nginxLocation, its limits (lines of the one location) and
+// nginxTail: one process (master_process off, so /proc/PID/stat is the
+// server's), no logs, files in the run's directory, 429 for a request over
+// a limit, the proxy to the upstream with keep-alive.
+const (
+	nginxHead = `worker_processes 1;
 error_log {{dir}}/error.log crit;
 pid {{dir}}/nginx.pid;
 events { worker_connections 4096; }
@@ -175,24 +276,21 @@ http {
   fastcgi_temp_path {{dir}}/tmp;
   uwsgi_temp_path {{dir}}/tmp;
   scgi_temp_path {{dir}}/tmp;
-  map $http_authorization $flood { "Bearer {{flood}}" $http_authorization; default ""; }
-  map $http_authorization $tenant { "Bearer {{flood}}" ""; default $http_authorization; }
-  limit_req_zone $flood zone=flood:1m rate=1r/m;
-  limit_req_zone $tenant zone=tenants:10m rate=1000000r/s;
   limit_req_status 429;
   upstream up { server {{upstream}}; keepalive 64; }
-  server {
+`
+	nginxLocation = `  server {
     listen {{listen}};
     location / {
-      limit_req zone=flood nodelay;
-      limit_req zone=tenants burst=1000000 nodelay;
-      proxy_pass http://up;
+`
+	nginxTail = `      proxy_pass http://up;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
     }
   }
 }
 `
+)
 
 // haproxyConf is HAProxy in front of the upstream, one thread, limiting by
 // key with a stick table as the issue's comparison did: every key
@@ -346,7 +444,8 @@ func throughputConfig(upstream string) (gateway.Config, error) {
 
 // WriteThroughput writes rows as a Markdown table, then each round's
 // ratios: fairgate's proxied req/s over the bare proxy's and direct's.
-func WriteThroughput(w io.Writer, rows []ThroughputRow) error {
+func WriteThroughput(w io.Writer, res ThroughputResult) error {
+	rows := res.Rows
 	var b strings.Builder
 	b.WriteString("| round | conns | mode | 200/s | 429/s | p50 ms | p99 ms | server CPU µs/answer | server core busy | upstream CPU µs/answer | load gen CPU µs/answer | errors |\n")
 	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -364,7 +463,7 @@ func WriteThroughput(w io.Writer, rows []ThroughputRow) error {
 		}
 		byKey[k][r.Mode] = r
 	}
-	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx | CPU per 200, fairgate / fairgate-gc100 | CPU per 429, fairgate / fairgate-gc100 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	keys := slices.Collect(func(yield func([2]int) bool) {
 		for k := range byKey {
 			if !yield(k) {
@@ -377,12 +476,18 @@ func WriteThroughput(w io.Writer, rows []ThroughputRow) error {
 		m := byKey[k]
 		fg, rp, d, ng := m["fairgate"], m["reverseproxy"], m["direct"], m["nginx"]
 		fgRej, ngRej := m["fairgate-429"], m["nginx-429"]
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
+		gc, gcRej := m["fairgate-gc100"], m["fairgate-gc100-429"]
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
 			ratio(fg.OK, ng.OK), diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected),
-			ratio(fgRej.ServerCPU, ngRej.ServerCPU))
+			ratio(fgRej.ServerCPU, ngRej.ServerCPU), ratio(fg.ServerCPU, gc.ServerCPU), ratio(fgRej.ServerCPU, gcRej.ServerCPU))
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	if len(res.Floods) > 0 {
+		b.WriteString("\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil || len(res.Floods) == 0 {
+		return err
+	}
+	return WriteFlood(w, res.Floods)
 }
 
 func ratio(a, b float64) string {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/internal/demoapi"
 )
 
 // The servers of the throughput scenario run as child processes, each on
@@ -85,12 +86,14 @@ func cpuOf(pid int) time.Duration {
 }
 
 // ServeThroughputChild is the bench-server subcommand: it serves mode
-// ("upstream", "reverseproxy" or "fairgate", the last two in front of
-// upstream) on a loopback port, prints the address, and serves until ctx
+// ("upstream", "demo-upstream" (the demo API), or in front of upstream
+// "reverseproxy", "fairgate", "fairgate-gc100" (server.gc_percent 100,
+// Go's default) or "fairgate-demo" (the demo config)) on a loopback port, prints the address, and serves until ctx
 // is done.
 func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.Writer) error {
 	var h http.Handler
 	var closeFn func() error
+	var srv *http.Server // nil: a plain one
 	switch mode {
 	case "upstream":
 		body := []byte(`{"id":"me","name":"bench"}` + "\n")
@@ -105,16 +108,29 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		}
 		h = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
 			Transport: proxyTransport(), ErrorLog: discardLog}
-	case "fairgate":
-		cfg, err := throughputConfig(upstream)
+	case "demo-upstream":
+		h = demoapi.New(demoapi.Config{Connections: 16})
+	case "fairgate", "fairgate-gc100", "fairgate-demo":
+		config := throughputConfig
+		if mode == "fairgate-demo" {
+			config = demoConfig
+		}
+		cfg, err := config(upstream)
 		if err != nil {
 			return err
+		}
+		if mode == "fairgate-gc100" {
+			cfg.Server.GCPercent = 100 // Go's default, to compare with fairgate's
 		}
 		gw, err := gateway.New(cfg, gateway.Options{})
 		if err != nil {
 			return err
 		}
+		// As fairgate serve does: the config's collector settings.
+		gateway.ApplyGC(gw.Config().Server, os.Getenv)
+		// The http.Server that serve runs (timeouts, ConnContext).
 		h, closeFn = gw.Handler(), gw.Close
+		srv, _ = gw.HTTPServers()
 	default:
 		return fmt.Errorf("bench: unknown server mode %q", mode)
 	}
@@ -122,7 +138,9 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	if srv == nil {
+		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	}
 	fmt.Fprintln(stdout, ln.Addr())
 	go func() {
 		<-ctx.Done()

@@ -13,24 +13,7 @@ import (
 // TestThroughputConfig: the scenario's gateway admits the rotating keys and
 // answers the flood key 429 after its one request.
 func TestThroughputConfig(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	defer up.Close()
-	cfg, err := throughputConfig(up.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(cfg, gateway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
-	do := func(key string) int {
-		r := httptest.NewRequest("GET", "/api/v1/users/me", nil)
-		r.Header.Set("Authorization", "Bearer "+key)
-		w := httptest.NewRecorder()
-		gw.Handler().ServeHTTP(w, r)
-		return w.Code
-	}
+	do, _ := benchGateway(t, throughputConfig)
 	for i := range throughputTenants {
 		if got := do(tenantKey(i)); got != 200 {
 			t.Fatalf("tenant %d: %d", i, got)
@@ -40,6 +23,31 @@ func TestThroughputConfig(t *testing.T) {
 	if got := do(floodKey); got != 429 {
 		t.Fatalf("flood key: %d, want 429", got)
 	}
+}
+
+// benchGateway runs the gateway that config builds in front of an
+// upstream answering 200, and returns a function that sends it GET
+// users/me with a key and returns the status, and the config.
+func benchGateway(t *testing.T, config func(upstream string) (gateway.Config, error)) (do func(key string) int, cfg gateway.Config) {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(up.Close)
+	cfg, err := config(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(cfg, gateway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	return func(key string) int {
+		r := httptest.NewRequest("GET", "/api/v1/users/me", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		gw.Handler().ServeHTTP(w, r)
+		return w.Code
+	}, cfg
 }
 
 func TestCPUOfSelf(t *testing.T) {
@@ -57,7 +65,7 @@ func TestWriteThroughputSkips(t *testing.T) {
 	var b strings.Builder
 	rows := []ThroughputRow{{Round: 1, Conns: 8, Mode: "reverseproxy", OK: 100, ServerCPU: 50},
 		{Round: 1, Conns: 8, Mode: "fairgate", OK: 120, ServerCPU: 40}, {Round: 1, Conns: 8, Mode: "nginx", Skipped: "nginx is not installed"}}
-	if err := WriteThroughput(&b, rows); err != nil {
+	if err := WriteThroughput(&b, ThroughputResult{Rows: rows}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"skipped: nginx is not installed", "| 1 | 8 | 1.20× | — | — | -10.0 |", "-10.0"} {

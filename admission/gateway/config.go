@@ -92,6 +92,20 @@ type ServerConfig struct {
 	// gives back its seat, slot and upstream connection, while a long
 	// download that keeps moving is not. Default 30s.
 	WriteIdleTimeout time.Duration `yaml:"write_idle_timeout"`
+	// GCPercent is the Go garbage collector's target (GOGC): the heap
+	// may grow this many percent above the live heap before the next
+	// collection. Zero means the default: the GOGC environment variable
+	// when set, else DefaultGCPercent. -1 turns the proportional
+	// collector off and needs MemoryLimit; otherwise 1 to 10000.
+	// ApplyGC applies it (the runtime's setting is the process's).
+	GCPercent int `yaml:"gc_percent"`
+	// MemoryLimit is the Go runtime's soft memory limit in bytes
+	// (GOMEMLIMIT): near it the collector runs as often as it must,
+	// whatever GCPercent says. Zero means the default: the GOMEMLIMIT
+	// environment variable when set, else none. Otherwise at least
+	// 16 MiB. Set it (to ~90% of the container's memory) when a large
+	// embedded store or a high GCPercent could outgrow the container.
+	MemoryLimit int64 `yaml:"memory_limit"`
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -157,6 +171,7 @@ func (c *Config) validate(needUpstream bool) error {
 	if s.MaxBodyBytes < 0 {
 		errs = append(errs, errors.New("server.max_body_bytes: must be >= 0 (0 means 10 MiB)"))
 	}
+	errs = append(errs, s.validateGC()...)
 	errs = append(errs, c.validateSections()...)
 	if u := c.Admin.JaegerUIURL; u != "" {
 		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {

@@ -44,6 +44,7 @@ func (s *Server) HTTPServers() (public, admin *http.Server) {
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    c.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnContext:       withConnDeadline,
 	}
 	admin = &http.Server{Handler: s.admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
 	return public, admin

@@ -238,6 +238,9 @@ func (copyBuffers) Put(b []byte) {
 	}
 }
 
+// Config returns the config in force, defaults filled in.
+func (s *Server) Config() Config { return *s.cfg.Load() }
+
 // Handler returns the gateway's public handler.
 func (s *Server) Handler() http.Handler { return s.edge }
 
@@ -266,10 +269,14 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 	}
 	old := s.cfg.Swap(&cfg)
 	// max_body_bytes and write_idle_timeout are read per request and
-	// apply at once; the rest of these are fixed when the server starts.
+	// apply at once, gc_percent and memory_limit when main calls ApplyGC
+	// after the reload; the rest of these are fixed when the server
+	// starts.
 	oldSrv, newSrv := old.Server, cfg.Server
 	oldSrv.MaxBodyBytes, newSrv.MaxBodyBytes = 0, 0
 	oldSrv.WriteIdleTimeout, newSrv.WriteIdleTimeout = 0, 0
+	oldSrv.GCPercent, newSrv.GCPercent = 0, 0
+	oldSrv.MemoryLimit, newSrv.MemoryLimit = 0, 0
 	var later []string
 	for _, f := range []struct {
 		name    string
@@ -329,19 +336,25 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(admission.HeaderRequestID)
 		srv := s.cfg.Load().Server
-		w = newProgressWriter(w, srv.WriteIdleTimeout)
+		w = newProgressWriter(w, r, srv.WriteIdleTimeout)
 		max := srv.MaxBodyBytes
 		if r.ContentLength > max {
 			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, max)
+		// A request without a body (net/http's NoBody: no Content-Length
+		// and not chunked) has nothing to limit, and skips the reader's
+		// allocation.
+		if r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, max)
+		}
 		// No protocol upgrades (WebSocket, h2c): a tunnel would carry
 		// requests the pipeline never sees. Without the header the
 		// request is served as ordinary HTTP, as by a server that does
-		// not speak the protocol.
-		r.Header.Del("Upgrade")
-		r.Header.Del("Http2-Settings")
+		// not speak the protocol. (The keys are canonical: delete, not
+		// Header.Del, which canonicalizes them again.)
+		delete(r.Header, "Upgrade")
+		delete(r.Header, "Http2-Settings")
 		next.ServeHTTP(w, r)
 	})
 }

@@ -21,7 +21,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "noisy-neighbour", "scenario: "+strings.Join(bench.ScenarioNames(), ", ")+", all, overhead, or throughput")
-	modes := fs.String("modes", "", "comma-separated modes run back to back: none, global, ip, fairgate, fairgate-redis (default: none,global,ip,fairgate, and fairgate-redis when --redis is set)")
+	modes := fs.String("modes", "", "comma-separated modes run back to back: none, global, ip, fairgate, fairgate-redis (default: none,global,ip,fairgate, and fairgate-redis when --redis is set); throughput: "+strings.Join(bench.ThroughputModes, ", "))
 	duration := fs.Duration("duration", 30*time.Second, "arrival time of each mode's run (the quiet baseline takes half)")
 	out := fs.String("out", "bench-out", "directory for results.json, report.md and the PNG plots")
 	redis := fs.String("redis", "", "Redis address (host:port) for the fairgate-redis mode, which needs it")
@@ -29,6 +29,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quiet := fs.Bool("quiet", false, "no progress bars")
 	rounds := fs.Int("rounds", 3, "throughput: interleaved rounds of every mode")
 	conns := fs.String("conns", "8,64", "throughput: comma-separated closed-loop connection counts")
+	floodDur := fs.Duration("flood-duration", 10*time.Second, "throughput: each phase (quiet, flood) of the flood rounds")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,7 +43,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("--duration: must be between 1s and 1h")
 	}
 	if *scenario == "throughput" {
-		return throughput(ctx, *out, *rounds, *conns, *duration, *modes, *quiet, stdout, stderr)
+		o := bench.ThroughputOptions{Rounds: *rounds, Duration: *duration, FloodDuration: *floodDur, Progress: stderr}
+		if *quiet {
+			o.Progress = nil
+		}
+		return throughput(ctx, o, *out, *conns, *modes, stdout)
 	}
 	o := bench.Options{Duration: *duration, RedisAddr: *redis, Seed: *seed, Progress: stderr}
 	if *quiet {
@@ -92,15 +97,12 @@ func isSet(fs *flag.FlagSet, name string) bool {
 
 // throughput runs the throughput scenario: each server a child process of
 // this binary (bench-server) on one core.
-func throughput(ctx context.Context, out string, rounds int, connList string, d time.Duration, modes string, quiet bool, stdout, stderr io.Writer) error {
+func throughput(ctx context.Context, o bench.ThroughputOptions, out, connList, modes string, stdout io.Writer) error {
 	bin, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	o := bench.ThroughputOptions{Binary: bin, Rounds: rounds, Duration: d, Progress: stderr}
-	if quiet {
-		o.Progress = nil
-	}
+	o.Binary = bin
 	for w := range strings.SplitSeq(connList, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(w))
 		if err != nil || n < 1 {
@@ -111,7 +113,7 @@ func throughput(ctx context.Context, out string, rounds int, connList string, d 
 	if modes != "" {
 		o.Modes = strings.Split(modes, ",")
 	}
-	rows, err := bench.Throughput(ctx, o)
+	res, err := bench.Throughput(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -122,7 +124,7 @@ func throughput(ctx context.Context, out string, rounds int, connList string, d 
 	if err != nil {
 		return err
 	}
-	if err := bench.WriteThroughput(io.MultiWriter(stdout, f), rows); err != nil {
+	if err := bench.WriteThroughput(io.MultiWriter(stdout, f), res); err != nil {
 		f.Close()
 		return err
 	}

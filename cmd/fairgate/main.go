@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -161,7 +163,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	watcher, err := srv.WatchConfig(path, gateway.WatchOptions{Reload: hup, OnReload: srv.RecordReload})
+	applyGC(log, srv.Config().Server)
+	watcher, err := srv.WatchConfig(path, gateway.WatchOptions{Reload: hup, OnReload: func(err error) {
+		srv.RecordReload(err)
+		if err == nil {
+			applyGC(log, srv.Config().Server)
+		}
+	}})
 	if err != nil {
 		return err
 	}
@@ -267,6 +275,17 @@ func newServer(ctx context.Context, log *slog.Logger, cfg gateway.Config, o serv
 	}, nil
 }
 
+// applyGC sets the Go collector as the config's server section says
+// (gc_percent, memory_limit) and logs what is in force.
+func applyGC(log *slog.Logger, cfg gateway.ServerConfig) {
+	g := gateway.ApplyGC(cfg, os.Getenv)
+	limit := "none"
+	if g.MemoryLimit != math.MaxInt64 {
+		limit = strconv.FormatInt(g.MemoryLimit, 10)
+	}
+	log.Info("go garbage collector", "gc_percent", g.GCPercent, "memory_limit", limit)
+}
+
 func listenAndServe(ctx context.Context, log *slog.Logger, srv *gateway.Server, addr, adminAddr string, sh gateway.Shutdown) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -320,6 +339,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stop()
+	applyGC(log, srv.Config().Server)
 	fmt.Fprintf(stdout, `fairgate demo: gateway on http://%[1]s (%[4]s), admin on http://%[2]s, demo API (16 connections) on %[3]s
 
 Demo API keys:

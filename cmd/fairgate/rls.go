@@ -33,6 +33,7 @@ func rlsCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer r.Close()
+	applyGC(log, cfg.Server)
 	aln, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		return err
