@@ -315,11 +315,14 @@ func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
 	sensed := mixedLimit(t, false)
 	gradient := mixedLimit(t, true)
 	t.Logf("mean limit: %.1f sensing the queue, %.1f with the gradient alone (capacity 8)", sensed, gradient)
-	if sensed > 11 {
-		t.Errorf("sensing the queue: mean limit %.1f, want ≤ 11 (capacity 8)", sensed)
+	if sensed > 10 {
+		t.Errorf("sensing the queue: mean limit %.1f, want ≤ 10 (capacity 8)", sensed)
 	}
-	if gradient <= 11 {
-		t.Errorf("gradient alone: mean limit %.1f; the test above cannot fail", gradient)
+	// The gradient's mean varies from run to run (10.7 to 16.6 seen: the
+	// bubble's goroutines are scheduled in no fixed order), the sensed
+	// one hardly (7.7 to 8.3); the control asks for a clear gap.
+	if gradient < sensed+2 {
+		t.Errorf("gradient alone: mean limit %.1f against %.1f sensed; the test above cannot fail", gradient, sensed)
 	}
 }
 
