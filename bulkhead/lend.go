@@ -29,11 +29,11 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 // lenderWithLocked is lenderLocked with seats a tenant of ratio may take at
 // t; a negative ratio takes any.
 func (ps *Pools) lenderWithLocked(p *pool, ratio float64, t int64) *pool {
-	room := func(l *pool) bool { return ratio < 0 || ps.roomLocked(p, l, ratio, t) }
+	room := func(l *pool) bool { return ratio < 0 || ps.lenderKeepsLocked(l, ratio, t) }
 	if p.used < p.nominal && room(p) {
 		return p
 	}
-	if p.borrowed >= p.borrowLimit {
+	if p.borrowed >= p.borrowLimit || ratio >= 0 && !ps.mayBorrowLocked(p, ratio, t) {
 		return nil
 	}
 	var best *pool

@@ -158,22 +158,30 @@ func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 }
 
 // roomLocked reports whether a request of p whose tenant's use for its
-// weight is ratio may take a free seat of lender at t. Two pools' lighter
-// tenants keep their headroom: the lender's own, of its free seats; and,
-// when the seat is borrowed, p's, of the seats p can reach now — its own
-// free seats and those it may still borrow from idle pools. A heavy tenant
-// then does not spend its pool's borrowing on seats its lighter neighbours
-// need the moment their own are taken. Seats idle pools could lend come and
-// go with those pools' own traffic, so they never make up for p's own
-// headroom: a heavy tenant takes p's own seats only beyond it. Neither
-// keeps the last seat it has back from anyone. ps.mu must be held.
+// weight is ratio may take a free seat of lender at t: the lender keeps its
+// headroom (lenderKeepsLocked) and, when the seat is borrowed, so does p
+// (mayBorrowLocked). ps.mu must be held.
 func (ps *Pools) roomLocked(p, lender *pool, ratio float64, t int64) bool {
-	if lender.nominal-lender.used <= min(ps.lighterNeedLocked(lender, ratio, t), lender.nominal-1) {
-		return false
-	}
-	if lender == p {
-		return true
-	}
+	return ps.lenderKeepsLocked(lender, ratio, t) && (lender == p || ps.mayBorrowLocked(p, ratio, t))
+}
+
+// lenderKeepsLocked reports whether l has a free seat beyond the headroom
+// it keeps for its own tenants lighter than a tenant whose use for its
+// weight is ratio, at t; never counting its last seat as headroom. ps.mu
+// must be held.
+func (ps *Pools) lenderKeepsLocked(l *pool, ratio float64, t int64) bool {
+	return l.nominal-l.used > min(ps.lighterNeedLocked(l, ratio, t), l.nominal-1)
+}
+
+// mayBorrowLocked reports whether a tenant of p whose use for its weight
+// is ratio may borrow a seat at t: only beyond the headroom p keeps for its
+// lighter tenants of the seats p can reach now — its own free seats and
+// those it may still borrow from idle pools. A heavy tenant then does not
+// spend its pool's borrowing on seats its lighter neighbours need the
+// moment their own are taken. (Seats idle pools could lend come and go
+// with those pools' own traffic, so for p's own seats only p's own
+// headroom counts: lenderKeepsLocked.) ps.mu must be held.
+func (ps *Pools) mayBorrowLocked(p *pool, ratio float64, t int64) bool {
 	borrow := min(p.borrowLimit-p.borrowed, ps.lendableToLocked(p))
 	free := max(p.nominal-p.used, 0) + borrow
 	return free > min(ps.lighterNeedLocked(p, ratio, t), p.nominal+p.borrowed+borrow-1)

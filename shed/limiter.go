@@ -144,17 +144,19 @@ func (l *Limiter) release(p *permit, learn bool) {
 	l.notify()
 }
 
-// learn judges a call of class that took d, ending at now, against its class's typical
-// latency (queueSense). Only while the limit is in use (at least half of
-// it in flight: with pools, one pool may be full while others idle): while the calls wait in the upstream's queue,
-// the ceiling is cut by cutFactor once per window of calls (multiplicative
-// decrease, down to Min); while they do not, it rises by one per window of
-// calls, or per ceiling's worth above that (additive increase, up to Max) —
-// no faster than it can be cut, so that a limit a little above the
-// upstream's capacity, where only some calls wait, does not drift upward. A limit nobody
-// uses does not climb — at the next surge it would let a queue build in
-// the upstream for as long as it takes to come back down — and a wait we
-// do not cause (a slow moment of a lightly used upstream) cuts nothing.
+// learn judges a call of class that took d, ending at now, against its
+// class's typical latency (queueSense). Only while the limit is in use (at
+// least half of it in flight: with pools, one pool may be full while others
+// idle): while the calls wait in the upstream's queue, the ceiling is cut
+// by cutFactor once per window of calls (multiplicative decrease, down to
+// Min); while they do not, it rises by one per window of calls, or per
+// ceiling's worth above that (additive increase, up to Max) — no faster
+// than it can be cut, so that a limit a little above the upstream's
+// capacity, where only some calls wait, does not drift upward. A limit
+// nobody uses does not climb — at the next surge it would let a queue
+// build in the upstream for as long as it takes to come back down — and a
+// wait we do not cause (a slow moment of a lightly used upstream) cuts
+// nothing.
 func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
