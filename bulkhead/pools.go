@@ -35,6 +35,11 @@ type Pools struct {
 	// keep headroom for lighter ones (no heavyUse): the negative control
 	// of the floor's test.
 	noFloor bool
+	// ownFirst, a test hook set before first use, makes a queued request
+	// of a pool with a free seat of its own wait for that seat, even when
+	// it is headroom its tenant may not take and another pool could lend
+	// one: the negative control of the borrowing-past-headroom test.
+	ownFirst bool
 
 	// epoch is the origin of the monotonic instants (ns) the pools'
 	// usage averages are kept at.

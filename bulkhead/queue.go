@@ -130,8 +130,10 @@ func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
 
 // dispatchLocked hands free seats to queued requests: first each pool's own
 // seats to its own queue, then, round robin across pools, seats borrowed
-// from idle pools. A pool with requests queued lends nothing, so a lender's
-// seats come back to it as its borrowers release them.
+// from idle pools, also to a pool whose own free seats are its headroom
+// for lighter tenants than the ones queued. A pool with requests queued
+// lends nothing, so a lender's seats come back to it as its borrowers
+// release them.
 func (ps *Pools) dispatchLocked() {
 	if ps.queued == 0 {
 		return
@@ -148,7 +150,11 @@ func (ps *Pools) dispatchLocked() {
 			if p.queue.Len() == 0 {
 				continue
 			}
-			if l := ps.lenderLocked(p); l != nil && ps.grantLocked(p, l, now) {
+			l := ps.borrowFromLocked(p, -1, 0)
+			if ps.ownFirst {
+				l = ps.lenderLocked(p)
+			}
+			if l != nil && ps.grantLocked(p, l, now) {
 				progress = true
 			}
 		}

@@ -341,6 +341,29 @@ func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
 	return reports["light"], reports["heavy"]
 }
 
+// borrowPastHeadroom: pool p of 2 seats may borrow 2 more from pool l,
+// which is idle. In p, heavy floods 20 ms searches (400/s, eight seats'
+// worth), middle sends a 10 ms read every 25 ms and, twice a second, three
+// more at once (half a seat), and light a 10 ms read every 100 ms. p's
+// free seat is then headroom for light, which middle may not take; middle
+// borrows l's instead of waiting for a search to end. ownFirst makes it
+// wait for p's own seats.
+func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) {
+	ps := newPools(t, 4, map[string]PoolConfig{
+		"p": {Share: 1, BorrowingPercent: 100, QueueLength: 50, MaxWait: time.Second},
+		"l": {Share: 1, LendablePercent: 100, QueueLength: 50, MaxWait: time.Second},
+	})
+	ps.ownFirst = ownFirst
+	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 2500*time.Microsecond, 20*time.Millisecond)
+	for _, a := range lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond) {
+		a.flow = "middle"
+		arrivals = append(arrivals, a)
+	}
+	arrivals = append(arrivals, openLoop("p", "light", 7*time.Millisecond, 6*time.Second, 100*time.Millisecond, 10*time.Millisecond)...)
+	reports, _ := play(t, ps, arrivals)
+	return reports["middle"], reports["heavy"]
+}
+
 // headroomCases: in each, a tenant whose long requests would fill every
 // seat its pool can reach leaves the seats a lighter tenant needs free, and
 // keeps the rest busy.
@@ -350,10 +373,15 @@ func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
 //   - borrowed: the heavy tenant does not spend its pool's borrowing on
 //     the seats its lighter neighbour needs, so the light tenant's bursts
 //     find seats its pool can reach instead of waiting behind the reads
-//     before them on the one seat the flood left it.
+//     before them on the one seat the flood left it;
+//   - borrowing past headroom: a tenant held back from its pool's last
+//     seat (headroom for a lighter one) borrows an idle pool's seat
+//     rather than wait for the flood's requests to end.
+//
+// A case's play takes its negative control: true turns the mechanism off.
 var headroomCases = []struct {
 	name     string
-	play     func(t *testing.T, noReserve bool) (light, heavy flowReport)
+	play     func(t *testing.T, control bool) (light, heavy flowReport)
 	lightOK  func(flowReport) bool
 	want     string
 	heavyMin int
@@ -362,6 +390,9 @@ var headroomCases = []struct {
 		"every read served, a mean wait under 5ms", 60},
 	{"borrowed", borrowedHeadroom, func(r flowReport) bool { return r.completion() == 1 && r.maxWait <= 10*time.Millisecond },
 		"every read served, none waiting over 10ms", 15},
+	{"borrowing past headroom", borrowPastHeadroom, func(r flowReport) bool {
+		return r.completion() == 1 && r.meanWait() <= 5*time.Millisecond && r.maxWait <= 25*time.Millisecond
+	}, "every read served, a mean wait under 5ms, none over 25ms", 300},
 }
 
 func TestHeadroomKeepsLightRequestsFromWaiting(t *testing.T) {
@@ -382,8 +413,8 @@ func TestHeadroomKeepsLightRequestsFromWaiting(t *testing.T) {
 	}
 }
 
-// Negative control: without the headroom the exports take every seat and
-// the reads wait for them.
+// Negative control: without the mechanism (the headroom, or borrowing
+// past it) the light tenant's reads wait for the heavy tenant's requests.
 func TestNoHeadroomLightRequestsWait(t *testing.T) {
 	for _, c := range headroomCases {
 		t.Run(c.name, func(t *testing.T) {
