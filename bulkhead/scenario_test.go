@@ -325,15 +325,21 @@ func exportsVsReads(t *testing.T, noReserve bool) (light, heavy flowReport) {
 	return reports["light"], reports["heavy"]
 }
 
+// borrowerAndLender returns pools p and l of 2 seats each; p may borrow 2
+// more, all of l's.
+func borrowerAndLender(t *testing.T) *Pools {
+	return newPools(t, 4, map[string]PoolConfig{
+		"p": {Share: 1, BorrowingPercent: 100, QueueLength: 50, MaxWait: time.Second},
+		"l": {Share: 1, LendablePercent: 100, QueueLength: 50, MaxWait: time.Second},
+	})
+}
+
 // borrowedHeadroom: pool p of 2 seats may borrow 2 more from pool l, which
 // is idle. In p, light sends a 10 ms read every 25 ms and, twice a second,
 // three more at once; heavy sends a 300 ms export every 50 ms from 1 s
 // (six seats' worth). noReserve turns the headroom off.
 func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
-	ps := newPools(t, 4, map[string]PoolConfig{
-		"p": {Share: 1, BorrowingPercent: 100, QueueLength: 50, MaxWait: time.Second},
-		"l": {Share: 1, LendablePercent: 100, QueueLength: 50, MaxWait: time.Second},
-	})
+	ps := borrowerAndLender(t)
 	ps.noReserve = noReserve
 	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 50*time.Millisecond, 300*time.Millisecond)
 	arrivals = append(arrivals, lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond)...)
@@ -349,10 +355,7 @@ func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
 // borrows l's instead of waiting for a search to end. ownFirst makes it
 // wait for p's own seats.
 func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) {
-	ps := newPools(t, 4, map[string]PoolConfig{
-		"p": {Share: 1, BorrowingPercent: 100, QueueLength: 50, MaxWait: time.Second},
-		"l": {Share: 1, LendablePercent: 100, QueueLength: 50, MaxWait: time.Second},
-	})
+	ps := borrowerAndLender(t)
 	ps.ownFirst = ownFirst
 	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 2500*time.Microsecond, 20*time.Millisecond)
 	for _, a := range lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond) {
