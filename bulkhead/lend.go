@@ -19,14 +19,18 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 
 // lenderForLocked is lenderLocked for request r arriving at now: unless r
 // is critical, only seats beyond the lender's headroom for its tenant
-// and of p's own (roomLocked).
+// and of p's own (roomLocked); and p's own seat beyond p's seats when r's
+// tenant is owed it (guaranteedLocked).
 func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
-	if r.Critical {
-		return ps.lenderLocked(p)
-	}
 	t := ps.nanos(now)
 	ps.shareLevelLocked(p, t)
 	ratio := ps.ratioLocked(p, r.Tenant, t)
+	if ps.guaranteedLocked(p, ratio, t) {
+		return p
+	}
+	if r.Critical {
+		return ps.lenderLocked(p)
+	}
 	if p.used < p.nominal && ps.lenderKeepsLocked(p, ratio, t) {
 		return p
 	}

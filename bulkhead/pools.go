@@ -40,6 +40,10 @@ type Pools struct {
 	// it is headroom its tenant may not take and another pool could lend
 	// one: the negative control of the borrowing-past-headroom test.
 	ownFirst bool
+	// noGuarantee, a test hook set before first use, makes light tenants
+	// wait for the seats heavier ones hold beyond their due after the
+	// pools shrank: the negative control of the guarantee's test.
+	noGuarantee bool
 
 	// epoch is the origin of the monotonic instants (ns) the pools'
 	// usage averages are kept at.

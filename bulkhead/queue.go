@@ -140,7 +140,9 @@ func (ps *Pools) dispatchLocked() {
 	}
 	now := time.Now()
 	for _, p := range ps.order {
-		for p.queue.Len() > 0 && p.used < p.nominal && ps.grantLocked(p, p, now) {
+		for p.queue.Len() > 0 && p.used < p.nominal && ps.grantLocked(p, p, now, false) {
+		}
+		for !ps.fifo && p.queue.Len() > 0 && p.used >= p.nominal && ps.grantLocked(p, p, now, true) {
 		}
 	}
 	for progress := true; progress && ps.queued > 0; {
@@ -154,7 +156,7 @@ func (ps *Pools) dispatchLocked() {
 			if ps.ownFirst {
 				l = ps.lenderLocked(p)
 			}
-			if l != nil && ps.grantLocked(p, l, now) {
+			if l != nil && ps.grantLocked(p, l, now, false) {
 				progress = true
 			}
 		}
@@ -173,8 +175,9 @@ func (ps *Pools) dispatchLocked() {
 // (the fair queue's round robin orders the queue only under the fifo test
 // hook); and a tenant takes no seat of the headroom the lender and p keep
 // for the tenants lighter than it (roomLocked), except for a critical
-// request.
-func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
+// request. owed grants a seat of p beyond its seats, to a tenant owed one
+// (guaranteedLocked).
+func (ps *Pools) grantLocked(p, lender *pool, now time.Time, owed bool) bool {
 	var w *waiter
 	ok := false
 	if ps.fifo {
@@ -213,7 +216,14 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time) bool {
 			return cmp.Compare(a.granted, b.granted) // equals: the one served longest ago
 		})
 		for _, u := range waiting {
-			if !u.topReady || !u.critical && !ps.roomLocked(p, lender, u.ratio, t) {
+			switch {
+			case !u.topReady:
+				continue
+			case owed:
+				if !ps.guaranteedLocked(p, u.ratio, t) {
+					continue
+				}
+			case !u.critical && !ps.roomLocked(p, lender, u.ratio, t):
 				continue
 			}
 			if w, ok = p.queue.popOldest(u.topFlow); ok {

@@ -367,6 +367,35 @@ func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) 
 	return reports["middle"], reports["heavy"]
 }
 
+// shrinkingPool: one pool whose seats an adaptive limit moves between 6
+// and 3 every 400 ms from 1.2 s. light sends a 10 ms read every 25 ms and,
+// twice a second, three more at once; heavy sends a 300 ms export every
+// 50 ms from 1 s (six seats' worth). When the pool shrinks, heavy's
+// exports hold the seats they took while it was large; light takes the
+// seats it is owed at once instead of waiting for them to end.
+// noGuarantee makes it wait.
+func shrinkingPool(t *testing.T, noGuarantee bool) (light, heavy flowReport) {
+	ps := onePool(t, 6, PoolConfig{Share: 1, QueueLength: 50, MaxWait: time.Second})
+	ps.noGuarantee = noGuarantee
+	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 50*time.Millisecond, 300*time.Millisecond)
+	arrivals = append(arrivals, lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond)...)
+	stop := make(chan struct{})
+	go func() {
+		time.Sleep(1200 * time.Millisecond)
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(400 * time.Millisecond):
+				ps.SetTotal(3 + 3*(n%2))
+			}
+		}
+	}()
+	reports, _ := play(t, ps, arrivals)
+	close(stop)
+	return reports["light"], reports["heavy"]
+}
+
 // headroomCases: in each, a tenant whose long requests would fill every
 // seat its pool can reach leaves the seats a lighter tenant needs free, and
 // keeps the rest busy.
@@ -379,7 +408,9 @@ func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) 
 //     before them on the one seat the flood left it;
 //   - borrowing past headroom: a tenant held back from its pool's last
 //     seat (headroom for a lighter one) borrows an idle pool's seat
-//     rather than wait for the flood's requests to end.
+//     rather than wait for the flood's requests to end;
+//   - the pool shrinking under the flood: the light tenant takes the
+//     seats it is owed beyond the pool's new seats.
 //
 // A case's play takes its negative control: true turns the mechanism off.
 var headroomCases = []struct {
@@ -396,6 +427,9 @@ var headroomCases = []struct {
 	{"borrowing past headroom", borrowPastHeadroom, func(r flowReport) bool {
 		return r.completion() == 1 && r.meanWait() <= 5*time.Millisecond && r.maxWait <= 25*time.Millisecond
 	}, "every read served, a mean wait under 5ms, none over 25ms", 300},
+	{"pool shrinking under the flood", shrinkingPool, func(r flowReport) bool {
+		return r.completion() == 1 && r.meanWait() <= 5*time.Millisecond && r.maxWait <= 25*time.Millisecond
+	}, "every read served, a mean wait under 5ms, none over 25ms", 40},
 }
 
 func TestHeadroomKeepsLightRequestsFromWaiting(t *testing.T) {

@@ -157,6 +157,39 @@ func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 	return max(need-held, 0)
 }
 
+// guaranteedLocked reports whether a request of a tenant of p whose use
+// for its weight is ratio may take a seat of p at t although p's seats
+// are all taken: the seats taken are held by tenants heavier than it, or
+// lent to other pools, beyond the headroom they were to leave the lighter
+// tenants (lighterNeedLocked's U + 2√U, less what those hold; never the
+// pool's last seat). That happens when the pools shrink under them — the
+// adaptive limit fell after they took their seats, which their long
+// requests then hold for as long as they run — and without it the light
+// tenants' reads wait for those to end. The excess over p's seats is
+// bounded by what the heavier tenants and the borrowers hold beyond
+// their due, and they take no seat of p until it has drained. Heavier
+// means using lighter times as much as the tenant, and at least heavyUse.
+// ps.mu must be held.
+func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
+	if ps.noReserve || ps.noGuarantee || p.used < p.nominal {
+		return false
+	}
+	var use float64
+	held := 0
+	heavier := p.lent > 0
+	for _, u := range p.users {
+		x := useOf(u, t)
+		if r := x / u.weight; r >= heavyUse && ratio < r/lighter {
+			heavier = true
+			continue
+		}
+		use += x
+		held += u.held.Level()
+	}
+	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
+	return heavier && held < min(need, p.nominal-1)
+}
+
 // roomLocked reports whether a request of p whose tenant's use for its
 // weight is ratio may take a free seat of lender at t: the lender keeps its
 // headroom (lenderKeepsLocked) and, when the seat is borrowed, so does p
