@@ -180,7 +180,7 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 	for _, u := range p.users {
 		x := useOf(u, t)
 		if r := x / u.weight; r >= heavyUse && ratio < r/lighter {
-			heavier = true
+			heavier = heavier || u.held.Level() > 0
 			continue
 		}
 		use += x
@@ -188,6 +188,23 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 	}
 	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
 	return heavier && held < min(need, p.nominal-1)
+}
+
+// mayOweLocked reports whether any tenant of p may be owed a seat beyond
+// p's seats at t (guaranteedLocked): p has seats lent out, or a tenant
+// heavy enough to keep headroom back holds one. It spares the queue's
+// dispatch the search for such a tenant in the common case. ps.mu must be
+// held.
+func (ps *Pools) mayOweLocked(p *pool, t int64) bool {
+	if p.lent > 0 {
+		return true
+	}
+	for _, u := range p.users {
+		if u.held.Level() > 0 && useOf(u, t)/u.weight >= heavyUse {
+			return true
+		}
+	}
+	return false
 }
 
 // roomLocked reports whether a request of p whose tenant's use for its
