@@ -44,6 +44,10 @@ type Pools struct {
 	// wait for the seats heavier ones hold beyond their due after the
 	// pools shrank: the negative control of the guarantee's test.
 	noGuarantee bool
+	// heavyReclaims, a test hook set before first use, lets a tenant that
+	// owes lighter ones headroom take its pool's lent seats back all the
+	// same: the negative control of the test that it does not.
+	heavyReclaims bool
 
 	// epoch is the origin of the monotonic instants (ns) the pools'
 	// usage averages are kept at.

@@ -168,7 +168,8 @@ func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 // tenants' reads wait for those to end. The excess over p's seats is
 // bounded by what the heavier tenants and the borrowers hold beyond
 // their due, and they take no seat of p until it has drained. Heavier
-// means using lighter times as much as the tenant, and at least heavyUse.
+// means using lighter times as much as the tenant, and at least heavyUse;
+// a tenant still owing headroom to lighter ones is owed nothing.
 // ps.mu must be held.
 func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 	if ps.noReserve || ps.noGuarantee || p.used < p.nominal {
@@ -187,7 +188,10 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 		held += u.held.Level()
 	}
 	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
-	return heavier && held < min(need, p.nominal-1)
+	// Nor does a tenant take, this way, the headroom it owes the tenants
+	// lighter than itself: a heavy tenant of a pool with seats lent out
+	// gets its pool's seats back only beyond that.
+	return heavier && held < min(need, p.nominal-1) && (ps.heavyReclaims || ps.lighterNeedLocked(p, ratio, t) == 0)
 }
 
 // mayOweLocked reports whether any tenant of p may be owed a seat beyond

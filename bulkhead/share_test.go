@@ -242,3 +242,61 @@ func TestWithoutFloorLightWaitsForLighter(t *testing.T) {
 		}
 	})
 }
+
+// heavyWhileLent: pool p lent both its lendable seats to q's borrower (3 s
+// requests) while idle; then p's light tenant sends a 10 ms read every
+// 25 ms and p's heavy tenant floods 300 ms exports. It returns the most
+// seats heavy held while p's seats were lent.
+func heavyWhileLent(t *testing.T, heavyReclaims bool) int {
+	ps := newPools(t, 8, map[string]PoolConfig{
+		"p": {Share: 1, LendablePercent: 50, QueueLength: 50, MaxWait: time.Second},
+		"q": {Share: 1, BorrowingPercent: 100, QueueLength: 50, MaxWait: 5 * time.Second},
+	})
+	ps.heavyReclaims = heavyReclaims
+	arrivals := openLoop("q", "borrower", 0, 600*time.Millisecond, 100*time.Millisecond, 3*time.Second)
+	arrivals = append(arrivals, openLoop("p", "light", 700*time.Millisecond, 3*time.Second, 25*time.Millisecond, 10*time.Millisecond)...)
+	arrivals = append(arrivals, openLoop("p", "heavy", time.Second, 3*time.Second, 50*time.Millisecond, 300*time.Millisecond)...)
+	most := 0
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			ps.mu.Lock()
+			if u := ps.byName["p"].users["heavy"]; u != nil && ps.byName["p"].lent > 0 {
+				most = max(most, u.held.Level())
+			}
+			ps.mu.Unlock()
+		}
+	}()
+	play(t, ps, arrivals)
+	close(stop)
+	<-done
+	return most
+}
+
+// A heavy tenant whose pool lent seats out gets them back only beyond the
+// headroom it owes its lighter neighbours: of p's 4 seats, light (a read
+// every 25 ms, a use of 0.4) is owed 2, so heavy holds at most 2 while the
+// lent seats are out. With heavyReclaims it takes 3.
+func TestHeavyTenantReclaimsNoHeadroom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		got := heavyWhileLent(t, false)
+		t.Logf("heavy held at most %d seats while p lent 2", got)
+		if got > 2 {
+			t.Errorf("heavy held %d of p's 4 seats while 2 were lent; want at most 2", got)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		got := heavyWhileLent(t, true)
+		t.Logf("with heavyReclaims: %d", got)
+		if got <= 2 {
+			t.Errorf("with heavyReclaims heavy held at most %d seats: the check above cannot fail", got)
+		}
+	})
+}
