@@ -169,7 +169,7 @@ func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 // bounded by what the heavier tenants and the borrowers hold beyond
 // their due, and they take no seat of p until it has drained. Heavier
 // means using lighter times as much as the tenant, and at least heavyUse;
-// a tenant still owing headroom to lighter ones is owed nothing.
+// lent seats are owed back only to a tenant that owes no headroom itself.
 // ps.mu must be held.
 func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 	if ps.noReserve || ps.noGuarantee || p.used < p.nominal {
@@ -177,7 +177,7 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 	}
 	var use float64
 	held := 0
-	heavier := p.lent > 0
+	heavier := false
 	for _, u := range p.users {
 		x := useOf(u, t)
 		if r := x / u.weight; r >= heavyUse && ratio < r/lighter {
@@ -188,10 +188,14 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 		held += u.held.Level()
 	}
 	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
-	// Nor does a tenant take, this way, the headroom it owes the tenants
-	// lighter than itself: a heavy tenant of a pool with seats lent out
-	// gets its pool's seats back only beyond that.
-	return heavier && held < min(need, p.nominal-1) && (ps.heavyReclaims || ps.lighterNeedLocked(p, ratio, t) == 0)
+	if held >= min(need, p.nominal-1) {
+		return false
+	}
+	// With no heavier tenant holding a seat, only the seats lent out are
+	// owed back, and not the headroom the tenant owes the tenants lighter
+	// than itself: a heavy tenant of a pool with seats lent out gets its
+	// pool's seats back only beyond that.
+	return heavier || p.lent > 0 && (ps.heavyReclaims || ps.lighterNeedLocked(p, ratio, t) == 0)
 }
 
 // mayOweLocked reports whether any tenant of p may be owed a seat beyond
