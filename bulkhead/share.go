@@ -153,8 +153,14 @@ func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 			held += u.held.Level()
 		}
 	}
-	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
+	need := burstNeed(use)
 	return max(need-held, 0)
+}
+
+// burstNeed is how many seats requests arriving at random with a use of
+// use seats need at once nearly all the time: use + 2√use, rounded up.
+func burstNeed(use float64) int {
+	return int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
 }
 
 // guaranteedLocked reports whether a request of a tenant of p whose use
@@ -187,7 +193,7 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 		use += x
 		held += u.held.Level()
 	}
-	need := int(math.Ceil(use + 2*math.Sqrt(use) - 1e-9))
+	need := burstNeed(use)
 	if held >= min(need, p.nominal-1) {
 		return false
 	}
