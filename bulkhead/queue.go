@@ -142,7 +142,7 @@ func (ps *Pools) dispatchLocked() {
 	for _, p := range ps.order {
 		for p.queue.Len() > 0 && p.used < p.nominal && ps.grantLocked(p, p, now, false) {
 		}
-		for !ps.fifo && !ps.noReserve && p.queue.Len() > 0 && p.used >= p.nominal && ps.mayOweLocked(p, ps.nanos(now)) && ps.grantLocked(p, p, now, true) {
+		for !ps.fifo && p.queue.Len() > 0 && ps.mayOweLocked(p, ps.nanos(now)) && ps.grantLocked(p, p, now, true) {
 		}
 	}
 	for progress := true; progress && ps.queued > 0; {

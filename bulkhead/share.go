@@ -178,7 +178,7 @@ func burstNeed(use float64) int {
 // lent seats are owed back only to a tenant that owes no headroom itself.
 // ps.mu must be held.
 func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
-	if ps.noReserve || ps.noGuarantee || p.used < p.nominal {
+	if !ps.mayOweLocked(p, t) {
 		return false
 	}
 	var use float64
@@ -205,12 +205,15 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 }
 
 // mayOweLocked reports whether any tenant of p may be owed a seat beyond
-// p's seats at t (guaranteedLocked): p has seats lent out, or a tenant
-// heavy enough to keep headroom back holds one. It spares the queue's
-// dispatch the search for such a tenant in the common case. ps.mu must be
-// held.
+// p's seats at t (guaranteedLocked): p's seats are all taken, and p has
+// seats lent out or a tenant heavy enough to keep headroom back holds
+// one. It spares the queue's dispatch the search for such a tenant in the
+// common case. ps.mu must be held.
 func (ps *Pools) mayOweLocked(p *pool, t int64) bool {
-	if p.lent > 0 {
+	switch {
+	case ps.noReserve || ps.noGuarantee || p.used < p.nominal:
+		return false
+	case p.lent > 0:
 		return true
 	}
 	for _, u := range p.users {
