@@ -2,9 +2,24 @@ package bulkhead
 
 import "time"
 
-// Whose seat a request takes: its own pool's, or one borrowed from an idle
+// Whose seat a request takes: its own pool's, or one borrowed from another
 // pool, and only beyond the headroom the lender keeps for its lighter
-// tenants.
+// tenants and the pools together keep for the lighter tenants of all.
+
+// lightUse is the most use (for its weight) of a light tenant: one using
+// less than a tenth of a seat, a few short requests a second. A light
+// tenant's requests are no flood, and it is the tenant the headroom is
+// for: it may borrow beyond its pool's borrowing limit, and from a pool
+// whose queue is not empty (lightLocked). Below heavyUse, so that a light
+// tenant keeps no headroom back either.
+const lightUse = 0.1
+
+// lightLocked reports whether a tenant whose use of its pool for its
+// weight is ratio is light (lightUse). A negative ratio, which asks for
+// any tenant, is not. ps.mu must be held.
+func (ps *Pools) lightLocked(ratio float64) bool {
+	return ratio >= 0 && ratio < lightUse && !ps.lightLimited
+}
 
 // lenderLocked returns the pool whose seat a request of p may take now
 // regardless of headroom (a critical request): p itself if it has a free
@@ -18,9 +33,11 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 }
 
 // lenderForLocked is lenderLocked for request r arriving at now: unless r
-// is critical, only seats beyond the lender's headroom for its tenant
-// and of p's own (roomLocked); and p's own seat beyond p's seats when r's
-// tenant is owed it (guaranteedLocked).
+// is critical, only seats beyond the headroom the pools keep for lighter
+// tenants (globalKeepsLocked), the lender's and p's own (roomLocked); and
+// p's own seat beyond p's seats when r's tenant is owed it
+// (guaranteedLocked). A light tenant borrows where lenderLocked would not
+// (borrowFromLocked).
 func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	t := ps.nanos(now)
 	ps.shareLevelLocked(p, t)
@@ -29,7 +46,13 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 		return p
 	}
 	if r.Critical {
-		return ps.lenderLocked(p)
+		if l := ps.lenderLocked(p); l != nil || !ps.lightLocked(ratio) {
+			return l
+		}
+		return ps.borrowFromLocked(p, ratio, t)
+	}
+	if !ps.globalKeepsLocked(ratio, t) {
+		return nil
 	}
 	if p.used < p.nominal && ps.lenderKeepsLocked(p, ratio, t) {
 		return p
@@ -40,24 +63,54 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	return ps.borrowFromLocked(p, ratio, t)
 }
 
-// borrowFromLocked returns the idle pool with the most seats p may borrow,
+// borrowFromLocked returns the pool with the most seats p may borrow,
 // beyond the headroom each keeps for its tenants lighter than ratio at t
 // (a negative ratio takes any), or nil. It does not look at p's own free
 // seats: a seat p keeps as headroom for its lighter tenants is no reason
 // for a heavier one to wait while another pool sits idle.
+//
+// Only an idle pool (nothing queued) lends, within p's borrowing limit —
+// except to a light tenant, which may borrow beyond the limit and from a
+// pool with a queue. A queue beside a free seat means that its requests
+// may not take the seat (it is headroom kept for lighter tenants, or their
+// tenants are at their caps: the dispatch would have granted it
+// otherwise), and a light tenant is what headroom is for.
 func (ps *Pools) borrowFromLocked(p *pool, ratio float64, t int64) *pool {
-	if p.borrowed >= p.borrowLimit {
+	light := ps.lightLocked(ratio)
+	if p.borrowed >= p.borrowLimit && !light {
 		return nil
 	}
 	var best *pool
 	bestFree := 0
 	for _, l := range ps.order {
-		if l == p || l.queue.Len() > 0 || ratio >= 0 && !ps.lenderKeepsLocked(l, ratio, t) {
+		if l == p || l.queue.Len() > 0 && !light || ratio >= 0 && !ps.lenderKeepsLocked(l, ratio, t) {
 			continue
 		}
-		if free := min(l.nominal-l.used, l.lendable-l.lent); free > bestFree {
+		if free := lendable(l); free > bestFree {
 			best, bestFree = l, free
 		}
 	}
 	return best
 }
+
+// lightLenderLocked returns the pool with the most seats to lend to a
+// light tenant of p, queued or not, or nil: where the dispatch looks for
+// a seat for p's light tenants once no idle pool lends one. ps.mu must be
+// held.
+func (ps *Pools) lightLenderLocked(p *pool) *pool {
+	if ps.lightLimited {
+		return nil
+	}
+	var best *pool
+	bestFree := 0
+	for _, l := range ps.order {
+		if free := lendable(l); l != p && free > bestFree {
+			best, bestFree = l, free
+		}
+	}
+	return best
+}
+
+// lendable is how many seats l may lend now: free seats within its
+// lendable share. Pools.mu must be held.
+func lendable(l *pool) int { return min(l.nominal-l.used, l.lendable-l.lent) }

@@ -48,6 +48,15 @@ type Pools struct {
 	// owes lighter ones headroom take its pool's lent seats back all the
 	// same: the negative control of the test that it does not.
 	heavyReclaims bool
+	// lightLimited, a test hook set before first use, holds light
+	// tenants to their pool's borrowing limit and to idle lenders like
+	// any other: the negative control of the light tenants' borrowing
+	// test.
+	lightLimited bool
+	// noGlobalHeadroom, a test hook set before first use, leaves only
+	// each pool's own headroom (no globalKeepsLocked): the negative
+	// control of the headroom over all pools.
+	noGlobalHeadroom bool
 
 	// epoch is the origin of the monotonic instants (ns) the pools'
 	// usage averages are kept at.

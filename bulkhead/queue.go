@@ -140,9 +140,9 @@ func (ps *Pools) dispatchLocked() {
 	}
 	now := time.Now()
 	for _, p := range ps.order {
-		for p.queue.Len() > 0 && p.used < p.nominal && ps.grantLocked(p, p, now, false) {
+		for p.queue.Len() > 0 && p.used < p.nominal && ps.grantLocked(p, p, now, grantRoom) {
 		}
-		for !ps.fifo && p.queue.Len() > 0 && ps.mayOweLocked(p, ps.nanos(now)) && ps.grantLocked(p, p, now, true) {
+		for !ps.fifo && p.queue.Len() > 0 && ps.mayOweLocked(p, ps.nanos(now)) && ps.grantLocked(p, p, now, grantOwed) {
 		}
 	}
 	for progress := true; progress && ps.queued > 0; {
@@ -156,13 +156,30 @@ func (ps *Pools) dispatchLocked() {
 			if ps.ownFirst {
 				l = ps.lenderLocked(p)
 			}
-			if l != nil && ps.grantLocked(p, l, now, false) {
+			if l != nil && ps.grantLocked(p, l, now, grantRoom) {
+				progress = true
+			} else if l := ps.lightLenderLocked(p); l != nil && !ps.fifo && ps.grantLocked(p, l, now, grantLight) {
 				progress = true
 			}
 		}
 		ps.rotor = (ps.rotor + 1) % len(ps.order)
 	}
 }
+
+// grantKind says which queued requests a grant may hand a seat to.
+type grantKind int
+
+const (
+	// grantRoom: a seat of the lender, to a request whose tenant has room
+	// beyond the headroom (roomLocked), or a critical one.
+	grantRoom grantKind = iota
+	// grantOwed: a seat of p beyond its seats, to a tenant owed one
+	// (guaranteedLocked).
+	grantOwed
+	// grantLight: a seat of a lender with a queue or beyond p's borrowing
+	// limit, to a light tenant (borrowFromLocked) with room.
+	grantLight
+)
 
 // grantLocked hands a seat of lender to the next request in p's queue
 // whose tenant is under its cap, and reports whether there was one. The
@@ -175,9 +192,8 @@ func (ps *Pools) dispatchLocked() {
 // (the fair queue's round robin orders the queue only under the fifo test
 // hook); and a tenant takes no seat of the headroom the lender and p keep
 // for the tenants lighter than it (roomLocked), except for a critical
-// request. owed grants a seat of p beyond its seats, to a tenant owed one
-// (guaranteedLocked).
-func (ps *Pools) grantLocked(p, lender *pool, now time.Time, owed bool) bool {
+// request. How a tenant may take the seat is kind's.
+func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) bool {
 	var w *waiter
 	ok := false
 	if ps.fifo {
@@ -219,10 +235,12 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, owed bool) bool {
 			switch {
 			case !u.topReady:
 				continue
-			case owed:
+			case kind == grantOwed:
 				if !ps.guaranteedLocked(p, u.ratio, t) {
 					continue
 				}
+			case kind == grantLight && !ps.lightLocked(u.ratio):
+				continue
 			case !u.critical && !ps.roomLocked(p, lender, u.ratio, t):
 				continue
 			}

@@ -225,11 +225,43 @@ func (ps *Pools) mayOweLocked(p *pool, t int64) bool {
 }
 
 // roomLocked reports whether a request of p whose tenant's use for its
-// weight is ratio may take a free seat of lender at t: the lender keeps its
-// headroom (lenderKeepsLocked) and, when the seat is borrowed, so does p
+// weight is ratio may take a free seat of lender at t: the pools keep
+// their headroom together (globalKeepsLocked), the lender keeps its own
+// (lenderKeepsLocked) and, when the seat is borrowed, so does p
 // (mayBorrowLocked). ps.mu must be held.
 func (ps *Pools) roomLocked(p, lender *pool, ratio float64, t int64) bool {
-	return ps.lenderKeepsLocked(lender, ratio, t) && (lender == p || ps.mayBorrowLocked(p, ratio, t))
+	return ps.globalKeepsLocked(ratio, t) && ps.lenderKeepsLocked(lender, ratio, t) &&
+		(lender == p || ps.mayBorrowLocked(p, ratio, t))
+}
+
+// globalKeepsLocked reports whether the pools together have a free seat
+// beyond the headroom the tenants of all pools lighter than a tenant whose
+// use for its weight is ratio need at t: U + 2√U of their use, less what
+// they hold, never the last seat.
+//
+// Each pool's own headroom is not enough when the pools are small and
+// their light tenants many (a pool of two seats keeps at most one): the
+// light tenants' bursts then outgrow their pool's headroom, while the
+// heavy tenants of every pool, each within its own pool's rules, fill the
+// rest. Light tenants borrow from any pool (borrowFromLocked), so the
+// headroom they need is over all pools, and the heavier tenants leave it
+// free between them. Tenants below heavyUse keep none. ps.mu must be held.
+func (ps *Pools) globalKeepsLocked(ratio float64, t int64) bool {
+	if ps.noReserve || ps.noGlobalHeadroom || ratio < heavyUse && !ps.noFloor {
+		return true
+	}
+	used, held := 0, 0
+	var use float64
+	for _, p := range ps.order {
+		used += p.used
+		for _, u := range p.users {
+			if x := useOf(u, t); x/u.weight < ratio/lighter {
+				use += x
+				held += u.held.Level()
+			}
+		}
+	}
+	return ps.total-used > min(max(burstNeed(use)-held, 0), ps.total-1)
 }
 
 // lenderKeepsLocked reports whether l has a free seat beyond the headroom
@@ -249,18 +281,22 @@ func (ps *Pools) lenderKeepsLocked(l *pool, ratio float64, t int64) bool {
 // with those pools' own traffic, so for p's own seats only p's own
 // headroom counts: lenderKeepsLocked.) ps.mu must be held.
 func (ps *Pools) mayBorrowLocked(p *pool, ratio float64, t int64) bool {
-	borrow := min(p.borrowLimit-p.borrowed, ps.lendableToLocked(p))
+	light := ps.lightLocked(ratio)
+	borrow := ps.lendableToLocked(p, light)
+	if !light {
+		borrow = min(p.borrowLimit-p.borrowed, borrow)
+	}
 	free := max(p.nominal-p.used, 0) + borrow
 	return free > min(ps.lighterNeedLocked(p, ratio, t), p.nominal+p.borrowed+borrow-1)
 }
 
-// lendableToLocked is how many seats idle pools could lend p now. ps.mu
-// must be held.
-func (ps *Pools) lendableToLocked(p *pool) int {
+// lendableToLocked is how many seats idle pools could lend p now, or any
+// pools, for a light tenant (borrowFromLocked). ps.mu must be held.
+func (ps *Pools) lendableToLocked(p *pool, light bool) int {
 	n := 0
 	for _, l := range ps.order {
-		if l != p && l.queue.Len() == 0 {
-			n += max(min(l.nominal-l.used, l.lendable-l.lent), 0)
+		if l != p && (light || l.queue.Len() == 0) {
+			n += max(lendable(l), 0)
 		}
 	}
 	return n
