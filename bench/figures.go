@@ -2,7 +2,6 @@ package bench
 
 import (
 	"cmp"
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -60,66 +59,38 @@ type TenantFigures struct {
 	Admitted    int     `json:"admitted"`
 	// BaselineP99 is the tenant's AdmittedP99 in the quiet baseline, and
 	// P99Ratio AdmittedP99 ÷ BaselineP99; both 0 where either is missing
-	// (a noisy tenant has no baseline). BaselinePooled says the tenant had
-	// fewer than minBaselineSamples there, so BaselineP99 is over every
-	// innocent tenant with its route mix (see baselines).
-	BaselineP99    float64 `json:"baseline_admitted_p99_ms,omitempty"`
-	BaselinePooled bool    `json:"baseline_pooled,omitempty"`
-	P99Ratio       float64 `json:"p99_ratio,omitempty"`
+	// (a noisy tenant has no baseline). See baselines.
+	BaselineP99 float64 `json:"baseline_admitted_p99_ms,omitempty"`
+	P99Ratio    float64 `json:"p99_ratio,omitempty"`
 }
 
-// baseline is a tenant's quiet-baseline p99, the denominator of its p99
-// ratio.
-type baseline struct {
-	p99    float64 // ms
-	pooled bool
-}
-
-// minBaselineSamples is the fewest admitted baseline requests a tenant's
-// own p99 is taken from. Below it "p99" is about the tenant's slowest
-// request, and whether that happened to be a 5 ms read or a 20 ms search
-// moves the ratio by 4×: a light tenant at 1 request/s has 10 in a 10 s
-// baseline.
-const minBaselineSamples = 100
-
-// baselines returns each tenant's baseline from the quiet baseline run r:
-// its own admitted p99, or, with fewer than minBaselineSamples admitted,
-// the p99 of every tenant in r with the same route mix. In the quiet
-// baseline nothing contends, so tenants with one mix draw from one
-// latency distribution, and the pooled p99 is the better estimate of
-// theirs.
-func baselines(r run) map[string]baseline {
+// baselines returns each tenant's baseline from the quiet baseline run r,
+// in ms: its own admitted p99. The baseline runs as long as each mode's run, and
+// a tenant draws its arrivals, routes and service times from its own
+// stream (tenantStream), so that its p99 is over the same requests in
+// both: with a few dozen requests a tenant's p99 is its slowest, and
+// which request drew the slowest service time is then the same in both
+// runs instead of a lottery that no gateway can win.
+func baselines(r run) map[string]float64 {
 	own := make([][]time.Duration, len(r.tenants))
-	byMix := map[string][]time.Duration{}
 	for _, s := range r.samples {
-		if s.outcome != OK && s.outcome != TimedOut {
-			continue
+		if s.outcome == OK || s.outcome == TimedOut {
+			own[s.tenant] = append(own[s.tenant], s.latency)
 		}
-		own[s.tenant] = append(own[s.tenant], s.latency)
-		k := mixKey(r.tenants[s.tenant].Calls)
-		byMix[k] = append(byMix[k], s.latency)
 	}
-	for _, lat := range byMix {
-		slices.Sort(lat)
-	}
-	out := make(map[string]baseline, len(r.tenants))
+	out := make(map[string]float64, len(r.tenants))
 	for i, tl := range r.tenants {
-		if len(own[i]) >= minBaselineSamples {
+		if len(own[i]) > 0 {
 			slices.Sort(own[i])
-			out[tl.ID] = baseline{p99: percentile(own[i], 0.99)}
-		} else if lat := byMix[mixKey(tl.Calls)]; len(lat) > 0 {
-			out[tl.ID] = baseline{p99: percentile(lat, 0.99), pooled: true}
+			out[tl.ID] = percentile(own[i], 0.99)
 		}
 	}
 	return out
 }
 
-// mixKey identifies a route mix.
-func mixKey(calls []Call) string { return fmt.Sprint(calls) }
-
 // tenantFigures summarises run r per tenant, in scenario order, dividing
 // each tenant's p99 by its baseline in base.
-func tenantFigures(r run, base map[string]baseline) []TenantFigures {
+func tenantFigures(r run, base map[string]float64) []TenantFigures {
 	groups := make([][]sample, len(r.tenants))
 	for _, s := range r.samples {
 		groups[s.tenant] = append(groups[s.tenant], s)
@@ -134,8 +105,7 @@ func tenantFigures(r run, base map[string]baseline) []TenantFigures {
 		if f.Offered > 0 {
 			f.RejectedPct = 100 * float64(f.Rejected) / float64(f.Offered)
 		}
-		b := base[tl.ID]
-		f.BaselineP99, f.BaselinePooled = b.p99, b.pooled
+		f.BaselineP99 = base[tl.ID]
 		if f.Admitted > 0 && f.BaselineP99 > 0 {
 			f.P99Ratio = f.AdmittedP99 / f.BaselineP99
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/fnv"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/shed"
 )
 
@@ -139,11 +141,22 @@ func drainOrCancel(reqs *sync.WaitGroup, drain time.Duration, cancel context.Can
 	}
 }
 
+// tenantStream is the random stream of tenant id's arrivals (with the
+// run's seed): keyed by its ID, not its place in the scenario, so that an
+// innocent tenant sends the same requests, drawing the same service times
+// (demoapi.JitterHeader), in the quiet baseline, which has no noisy
+// tenants, and in every mode's run.
+func tenantStream(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
 // generate is tenant i's arrival loop. It is bounded in time (l.dur) and in
 // count (twice the arrivals its peak rate would make).
 func (l *load) generate(ctx, reqCtx context.Context, reqs *sync.WaitGroup, i int, start time.Time, seed uint64) {
 	tl := &l.tenants[i]
-	rng := rand.New(rand.NewPCG(seed, uint64(i)))
+	rng := rand.New(rand.NewPCG(seed, tenantStream(tl.ID)))
 	var wsum float64
 	for _, c := range tl.Calls {
 		wsum += c.Weight
@@ -182,6 +195,7 @@ func (l *load) generate(ctx, reqCtx context.Context, reqs *sync.WaitGroup, i int
 		}
 		call := pick(tl.Calls, rng.Float64()*wsum)
 		u := rng.IntN(tl.users())
+		z := rng.NormFloat64()
 		s := sample{tenant: i, crit: call.Criticality, at: time.Since(start)}
 		if tl.HonourRetryAfter && time.Now().UnixNano() < l.holds[i][u].Load() {
 			s.outcome = Deferred
@@ -198,7 +212,7 @@ func (l *load) generate(ctx, reqCtx context.Context, reqs *sync.WaitGroup, i int
 		client := l.clients[i][u%tl.ips()]
 		reqs.Go(func() {
 			defer l.inFlight.Add(-1)
-			l.do(reqCtx, client, tl, call, u, &l.holds[i][u], s)
+			l.do(reqCtx, client, tl, call, u, z, &l.holds[i][u], s)
 		})
 	}
 }
@@ -215,7 +229,7 @@ func pick(calls []Call, x float64) Call {
 }
 
 // do sends one request and records what became of it.
-func (l *load) do(ctx context.Context, client *http.Client, tl *TenantLoad, call Call, user int, hold *atomic.Int64, s sample) {
+func (l *load) do(ctx context.Context, client *http.Client, tl *TenantLoad, call Call, user int, z float64, hold *atomic.Int64, s sample) {
 	ctx, cancel := context.WithTimeout(ctx, tl.Timeout)
 	defer cancel()
 	t0 := time.Now()
@@ -232,6 +246,7 @@ func (l *load) do(ctx context.Context, client *http.Client, tl *TenantLoad, call
 		return
 	}
 	req.Header.Set("Authorization", "Bearer "+tl.Key)
+	req.Header.Set(demoapi.JitterHeader, strconv.FormatFloat(z, 'g', -1, 64))
 	resp, err := client.Do(req)
 	if err == nil {
 		var body []byte

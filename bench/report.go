@@ -51,10 +51,10 @@ func WriteReport(w io.Writer, res *Results) error {
 	fmt.Fprintf(w, "Seed %d. Each mode ran %s of arrivals after a %s quiet baseline (innocent tenants alone, mode %s). "+
 		"Goodput is 2xx ÷ arrivals (deferred ones included). Latency is of the requests not rejected (2xx, and timeouts at the client's timeout): "+
 		"429s and 503s are fast and would make it look good, so they are counted apart. "+
-		"p99 ÷ baseline divides a tenant's p99 by its own in the quiet baseline; "+
-		"† marks a tenant with fewer than %d requests there, whose baseline is the p99 of every innocent tenant with its route mix "+
-		"(nothing contends in the baseline, so they share one latency distribution; a p99 of a few requests is their maximum).",
-		res.Seed, secs(res.DurationS), secs(res.BaselineS), res.Baseline, minBaselineSamples)
+		"p99 ÷ baseline divides a tenant's p99 by its own in the quiet baseline, over the same requests: "+
+		"each tenant draws its arrivals, routes and the upstream's service times from its own seeded stream, the same in every run "+
+		"(a p99 of a few dozen requests is their slowest, so that, not chance, decides which one it is).",
+		res.Seed, secs(res.DurationS), secs(res.BaselineS), res.Baseline)
 	if t := res.Targets; t.set() {
 		fmt.Fprintf(w, " Targets for every innocent tenant: goodput ≥ %g%%, p99 ≤ %g× baseline; none is the negative control and must miss them.", t.MinGoodputPct, t.MaxP99Ratio)
 	}
@@ -149,9 +149,6 @@ func writeTenants(w io.Writer, res *Results, mode string) {
 		base := "—"
 		if f.BaselineP99 > 0 {
 			base = fmt.Sprintf("%.1f ms", f.BaselineP99)
-			if f.BaselinePooled {
-				base += " †"
-			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %.2f%% | %.2f%% | %d | %s | %s | %s | %s |\n",
 			f.Tenant, f.Tier, f.Role, f.Offered, f.GoodputPct, f.RejectedPct, f.Timeouts, p99, base, ratio, layerList(f.ByReason))

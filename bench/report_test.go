@@ -210,30 +210,6 @@ func TestParseLoadAvg(t *testing.T) {
 	}
 }
 
-// A tenant with few baseline requests is judged against the p99 of every
-// tenant with its route mix, not against its own slowest request.
-func TestBaselinesPoolFewSamples(t *testing.T) {
-	heavy, light, other := tl("heavy", "pro", Innocent), tl("light", "starter", Innocent), tl("other", "starter", Innocent)
-	heavy.Calls, light.Calls = interactive(), interactive()
-	other.Calls = []Call{weighted(export, 1)}
-	r := synthRun("baseline", []synthTenant{
-		{tl: heavy, n: 200, ok: 200, lat: 30 * time.Millisecond},
-		{tl: light, n: 5, ok: 5, lat: 5 * time.Millisecond},
-		{tl: other, n: 5, ok: 5, lat: 300 * time.Millisecond},
-	})
-	got := baselines(r)
-	want := map[string]baseline{
-		"heavy": {p99: 30},
-		"light": {p99: 30, pooled: true},  // heavy's 200 and its own 5
-		"other": {p99: 300, pooled: true}, // alone with its mix
-	}
-	for id, w := range want {
-		if got[id] != w {
-			t.Errorf("baselines[%s] = %+v, want %+v", id, got[id], w)
-		}
-	}
-}
-
 // The plots draw from synthetic runs, few tenants and many, without error.
 func TestPlots(t *testing.T) {
 	many := &Results{Scenario: "many", Targets: defaultTargets, DurationS: 10}

@@ -28,8 +28,10 @@ type Options struct {
 	Modes []Mode
 	// Duration is the arrival time of each mode's run. Zero means 30s.
 	Duration time.Duration
-	// Baseline is the arrival time of the quiet baseline. Zero means half
-	// of Duration (all of it for the overhead scenario).
+	// Baseline is the arrival time of the quiet baseline. Zero means
+	// Duration: each innocent tenant then sends the same requests, with the
+	// same service times, in the baseline as in each mode's run
+	// (tenantStream), and its p99 is compared over the same requests.
 	Baseline time.Duration
 	// Drain bounds the wait, after the last arrival, for requests still
 	// open; they are then cancelled and counted as timeouts. Zero means
@@ -76,7 +78,7 @@ type Results struct {
 	Storm *Storm `json:"retry_storm,omitempty"`
 
 	runs []run               // baseline first, then per mode, for the plots
-	base map[string]baseline // per tenant, from runs[0]
+	base map[string]float64 // per tenant, ms, from runs[0]
 }
 
 // Row is the figures of one mode, tenant and criticality, latencies in
@@ -202,10 +204,7 @@ func (o Options) withDefaults(sc *Scenario) Options {
 		o.Duration = 30 * time.Second
 	}
 	if o.Baseline <= 0 {
-		o.Baseline = o.Duration / 2
-		if sc.Baseline != None {
-			o.Baseline = o.Duration // the baseline is a comparison run
-		}
+		o.Baseline = o.Duration
 	}
 	if o.Drain <= 0 {
 		for _, tl := range sc.Tenants {

@@ -31,7 +31,8 @@ type Config struct {
 	// mean × exp(Jitter·Z − Jitter²/2), Z standard normal — a log-normal
 	// with the configured mean and a right tail, as real query times have
 	// (Jitter 0.3 puts p99 near 1.9× the mean). Default 0.3; negative
-	// means none (every request takes exactly the mean).
+	// means none (every request takes exactly the mean). A request may
+	// bring its own Z in JitterHeader.
 	Jitter float64
 }
 
@@ -105,7 +106,7 @@ func (u *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wait := time.Since(start)
-	d := u.serviceTime(r.URL.Path, r.URL.Query().Get("rows"))
+	d := u.serviceTime(r.URL.Path, r.URL.Query().Get("rows"), r.Header.Get(JitterHeader))
 	ok := sleep(ctx, d)
 	<-u.conns
 	if !ok {
@@ -122,11 +123,25 @@ func (u *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// serviceTime draws one request's service time.
-func (u *API) serviceTime(path, rows string) time.Duration {
+// JitterHeader carries a request's own standard normal Z for its service
+// time's jitter (clamped to ±6), instead of one drawn at random: the
+// benchmark's load generator draws it from each tenant's seeded stream,
+// so that a tenant's requests take the same service times in every run
+// that is compared with another — its p99 under a flood against its p99
+// alone then differs by what the flood did, not by which requests drew
+// the slow service times (common random numbers).
+const JitterHeader = "X-Demo-Jitter"
+
+// serviceTime draws one request's service time; z is JitterHeader's value.
+func (u *API) serviceTime(path, rows, z string) time.Duration {
 	d := u.MeanServiceTime(path, rows)
 	if s := u.cfg.Jitter; s > 0 {
-		d = time.Duration(float64(d) * math.Exp(s*rand.NormFloat64()-s*s/2))
+		n, err := strconv.ParseFloat(z, 64)
+		if err != nil || math.IsNaN(n) {
+			n = rand.NormFloat64()
+		}
+		n = min(max(n, -6), 6)
+		d = time.Duration(float64(d) * math.Exp(s*n-s*s/2))
 	}
 	return d
 }
