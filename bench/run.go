@@ -77,7 +77,7 @@ type Results struct {
 	// than front ends; that scenario has no tenant rows.
 	Storm *Storm `json:"retry_storm,omitempty"`
 
-	runs []run               // baseline first, then per mode, for the plots
+	runs []run              // baseline first, then per mode, for the plots
 	base map[string]float64 // per tenant, ms, from runs[0]
 }
 
