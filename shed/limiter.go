@@ -35,10 +35,14 @@ type Limiter struct {
 	ceiling float64    // cap set by slow calls and queueing; guarded by mu
 	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
 	sense   queueSense // guarded by mu
+	kneeCap float64    // the level below the knee (kneeSense), or max; guarded by mu
 	// noSense, a test hook set before first use, ignores what the calls'
 	// latencies say of the upstream's queue: the gradient and the slow
 	// calls alone govern, the negative control of the queueing tests.
 	noSense bool
+	// noKnee, a test hook set before first use, ignores the knee: the
+	// negative control of its test.
+	noKnee bool
 
 	notifyMu sync.Mutex
 	reported atomic.Int64 // the limit last given to onChange; written under notifyMu
@@ -68,6 +72,7 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 		min:        float64(cfg.Min),
 		max:        float64(cfg.Max),
 		ceiling:    float64(cfg.Initial),
+		kneeCap:    float64(cfg.Max),
 	}
 	for _, opt := range opts {
 		opt(l)
@@ -99,7 +104,8 @@ func (l *Limiter) TryAcquire() (Permit, bool) { return l.TryAcquireClass(0) }
 // mix of cheap and expensive calls is not mistaken for the upstream's
 // queue. Classes are 0 to MaxLatencyClasses-1; higher ones share the last.
 func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
-	if l.inflight.Add(1) > int64(l.Limit()) {
+	level := l.inflight.Add(1)
+	if level > int64(l.Limit()) {
 		l.inflight.Add(-1)
 		return Permit{}, false
 	}
@@ -108,7 +114,7 @@ func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
 		l.inflight.Add(-1)
 		return Permit{}, false
 	}
-	return Permit{&permit{l: l, inner: ip, start: time.Now(), class: class}}, true
+	return Permit{&permit{l: l, inner: ip, start: time.Now(), class: class, level: int(level)}}, true
 }
 
 // Limit returns the current limit, in concurrent calls: the gradient's
@@ -132,7 +138,7 @@ func (l *Limiter) release(p *permit, learn bool) {
 	slow := took > l.maxLatency
 	if learn && !slow {
 		p.inner.Record()
-		l.learn(p.class, took, now)
+		l.learn(p.class, p.level, took, now)
 	} else {
 		p.inner.Drop()
 		if slow {
@@ -157,12 +163,20 @@ func (l *Limiter) release(p *permit, learn bool) {
 // build in the upstream for as long as it takes to come back down — and a
 // wait we do not cause (a slow moment of a lightly used upstream) cuts
 // nothing.
-func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
+func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state, judged := l.sense.record(class, d, now, l.ceiling <= l.min)
+	state, judged := l.sense.record(class, level, d, now, l.ceiling <= l.min)
 	if l.noSense {
 		state, judged = queueHealthy, false
+	}
+	if judged && !l.noKnee {
+		// Below the knee, whatever the windows say (kneeSense).
+		l.kneeCap = l.max
+		if k := l.sense.knee.knee(int(l.ceiling)+1, now); k > 0 {
+			l.kneeCap = max(l.min, float64(k-1))
+		}
+		l.ceiling = min(l.ceiling, l.kneeCap)
 	}
 	inUse := 2*l.inflight.Load() >= int64(l.Limit())
 	switch {
@@ -177,7 +191,7 @@ func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
 		if l.sense.meanOnly {
 			step = 1 / l.ceiling
 		}
-		l.ceiling = min(l.max, l.ceiling+step)
+		l.ceiling = min(l.max, l.kneeCap, l.ceiling+step)
 	}
 	l.ceilingInt.Store(int64(l.ceiling))
 }
@@ -229,6 +243,7 @@ type permit struct {
 	inner    adaptivelimiter.Permit
 	start    time.Time
 	class    int
+	level    int // calls in flight when it started, itself included
 	released atomic.Bool
 }
 

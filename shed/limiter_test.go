@@ -331,10 +331,10 @@ func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
 // come first served): 400 reads of 5 ms a second (class 1) and 16 exports
 // of 300 ms (class 2), Poisson, seeded — 6.8 connections' worth, so that
 // only at the peaks of the exports' arrivals do reads wait. meanOnly
-// applies the rules before late calls. It returns the mean limit over the last
-// 10 s and the share of reads in them that waited 15 ms or more for a
-// connection.
-func poolLimit(t *testing.T, meanOnly bool) (limit, waited float64) {
+// applies the rules before late calls, noKnee ignores the knee. It returns
+// the mean limit over the last 10 s and the share of reads in them that
+// waited 15 ms or more for a connection.
+func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
@@ -342,6 +342,7 @@ func poolLimit(t *testing.T, meanOnly bool) (limit, waited float64) {
 			t.Fatal(err)
 		}
 		l.sense.meanOnly = meanOnly
+		l.noKnee = noKnee
 		conns := make(chan struct{}, 8)
 		rng := rand.New(rand.NewPCG(20261130, 8))
 		var wg sync.WaitGroup
@@ -386,16 +387,32 @@ func poolLimit(t *testing.T, meanOnly bool) (limit, waited float64) {
 // the rest keep the window's mean down. Late calls cut the limit all the
 // same, and a healthy window raises it no faster than a late one cuts it.
 // Negative control: judged by the mean alone and raised by one per
-// ceiling's worth of calls, the limit drifts above the pool and reads wait
-// for a connection eight times as often.
+// ceiling's worth of calls (and blind to the knee), the limit drifts above
+// the pool and reads wait for a connection eight times as often.
 func TestLimiterSeesLateCalls(t *testing.T) {
-	limit, waited := poolLimit(t, false)
-	meanLimit, meanWaited := poolLimit(t, true)
+	limit, waited := poolLimit(t, false, true)
+	meanLimit, meanWaited := poolLimit(t, true, true)
 	t.Logf("late calls: mean limit %.1f, %.2f%% of reads waited ≥ 15 ms; mean alone: %.1f, %.2f%%", limit, 100*waited, meanLimit, 100*meanWaited)
 	if waited > 0.005 {
 		t.Errorf("with late calls %.2f%% of reads waited ≥ 15 ms for a connection; want ≤ 0.5%%", 100*waited)
 	}
 	if meanWaited <= 0.005 {
 		t.Errorf("judged by the mean alone %.2f%% of reads waited; the test above cannot fail", 100*meanWaited)
+	}
+}
+
+// The calls started with more in flight than the pool's 8 connections
+// wait, and the limit stays below the level where they begin, whatever
+// the windows of calls say: with the rules before late calls, the knee
+// alone keeps reads from waiting. Negative control: TestLimiterSeesLateCalls'
+// (the same rules, blind to the knee).
+func TestLimiterFindsTheKnee(t *testing.T) {
+	limit, waited := poolLimit(t, true, false)
+	t.Logf("knee: mean limit %.1f, %.2f%% of reads waited ≥ 15 ms", limit, 100*waited)
+	if waited > 0.005 {
+		t.Errorf("with the knee %.2f%% of reads waited ≥ 15 ms for a connection; want ≤ 0.5%%", 100*waited)
+	}
+	if limit < 7 {
+		t.Errorf("with the knee the mean limit is %.1f; want the pool's 8 used (≥ 7)", limit)
 	}
 }
