@@ -21,6 +21,19 @@ func (ps *Pools) lightLocked(ratio float64) bool {
 	return ratio >= 0 && ratio < lightUse && !ps.lightLimited
 }
 
+// notLightIfBusy returns ratio, the use for its weight of u's tenant, or
+// lightUse if that is more and the tenant has more than mine of its
+// requests in the pool (holding seats or queued): a tenant with another
+// request in the pool is not light, whatever its average says. At a
+// flood's start, before its average has caught up, a tenant then takes
+// one seat as a light tenant, not every seat it can borrow.
+func notLightIfBusy(u *poolUser, ratio float64, mine int) float64 {
+	if u.present > mine {
+		return max(ratio, lightUse)
+	}
+	return ratio
+}
+
 // lenderLocked returns the pool whose seat a request of p may take now
 // regardless of headroom (a critical request): p itself if it has a free
 // seat, else the idle pool with the most seats to lend if p may borrow,
@@ -42,6 +55,9 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	t := ps.nanos(now)
 	ps.shareLevelLocked(p, t)
 	ratio := ps.ratioLocked(p, r.Tenant, t)
+	if u := p.users[r.Tenant]; u != nil {
+		ratio = notLightIfBusy(u, ratio, 0)
+	}
 	if ps.guaranteedLocked(p, ratio, t) {
 		return p
 	}

@@ -211,7 +211,7 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 				u.top, u.critical, u.topFlow = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow())
 			}
 			if !u.queued {
-				u.queued, u.ratio = true, useOf(u, t)/u.weight
+				u.queued, u.ratio = true, notLightIfBusy(u, useOf(u, t)/u.weight, 1)
 				u.topReady = ps.readyLocked(w)
 				waiting = append(waiting, u)
 			}
