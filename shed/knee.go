@@ -29,8 +29,12 @@ const (
 	// kneeRatio: a level whose calls took this many times their classes'
 	// typical latencies (geometric mean) waited for the upstream.
 	kneeRatio = 1.25
-	// kneeWeight is how many calls (decayed) a level needs to be judged.
+	// kneeWeight is how many calls (decayed) a level needs to be judged;
+	// the knee found stays the knee down to kneeKeep, so that it is
+	// probed again only every 20 s or so (kneeMemory × ln(kneeWeight ÷
+	// kneeKeep)), not as soon as its last calls begin to fade.
 	kneeWeight = 16
+	kneeKeep   = 2
 	// kneeMemory is the time constant with which a level forgets its
 	// calls.
 	kneeMemory = 10 * time.Second
@@ -42,6 +46,7 @@ type kneeSense struct {
 	sum    [maxKneeLevel + 1]float64 // Σ log(latency/typical), decayed
 	weight [maxKneeLevel + 1]float64 // calls, decayed
 	at     [maxKneeLevel + 1]time.Time
+	last   int // the knee last found, or 0
 }
 
 // record counts a call started at level that took exp(excess) times its
@@ -65,12 +70,21 @@ func (k *kneeSense) decay(level int, now time.Time) float64 {
 // knee returns the lowest level up to upTo whose calls waited, judged at
 // now, or 0 if none did.
 func (k *kneeSense) knee(upTo int, now time.Time) int {
+	k.last = k.find(upTo, now)
+	return k.last
+}
+
+func (k *kneeSense) find(upTo int, now time.Time) int {
 	for level := 1; level <= min(upTo, maxKneeLevel); level++ {
-		if k.weight[level] < kneeWeight {
+		least := float64(kneeWeight)
+		if level == k.last {
+			least = kneeKeep
+		}
+		if k.weight[level] < least {
 			continue // too few even before decay
 		}
 		d := k.decay(level, now)
-		if w := k.weight[level] * d; w >= kneeWeight && k.sum[level]*d/w > math.Log(kneeRatio) {
+		if w := k.weight[level] * d; w >= least && k.sum[level]*d/w > math.Log(kneeRatio) {
 			return level
 		}
 	}
