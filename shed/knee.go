@@ -90,3 +90,18 @@ func (k *kneeSense) find(upTo int, now time.Time) int {
 	}
 	return 0
 }
+
+// proven returns the highest level up to upTo whose calls did not wait
+// (at least kneeWeight of them, judged at now), or 0.
+func (k *kneeSense) proven(upTo int, now time.Time) int {
+	for level := min(upTo, maxKneeLevel); level >= 1; level-- {
+		if k.weight[level] < kneeWeight {
+			continue
+		}
+		d := k.decay(level, now)
+		if w := k.weight[level] * d; w >= kneeWeight && k.sum[level]*d/w <= math.Log(kneeRatio) {
+			return level
+		}
+	}
+	return 0
+}

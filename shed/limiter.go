@@ -36,6 +36,9 @@ type Limiter struct {
 	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
 	sense   queueSense // guarded by mu
 	kneeCap float64    // the level below the knee (kneeSense), or max; guarded by mu
+	proven  int        // the highest level whose calls did not wait (kneeSense); guarded by mu
+	top     int        // the highest level of the current window's calls; guarded by mu
+	reached bool       // the last window's calls reached the limit (less one); guarded by mu
 	// noSense, a test hook set before first use, ignores what the calls'
 	// latencies say of the upstream's queue: the gradient and the slow
 	// calls alone govern, the negative control of the queueing tests.
@@ -43,6 +46,10 @@ type Limiter struct {
 	// noKnee, a test hook set before first use, ignores the knee: the
 	// negative control of its test.
 	noKnee bool
+	// climbUnreached, a test hook set before first use, raises the limit
+	// beyond the levels proven healthy while the calls do not reach it:
+	// the negative control of the test that it does not.
+	climbUnreached bool
 
 	notifyMu sync.Mutex
 	reported atomic.Int64 // the limit last given to onChange; written under notifyMu
@@ -150,25 +157,34 @@ func (l *Limiter) release(p *permit, learn bool) {
 	l.notify()
 }
 
-// learn judges a call of class that took d, ending at now, against its
-// class's typical latency (queueSense). Only while the limit is in use (at
-// least half of it in flight: with pools, one pool may be full while others
-// idle): while the calls wait in the upstream's queue, the ceiling is cut
-// by cutFactor once per window of calls (multiplicative decrease, down to
-// Min); while they do not, it rises by one per window of calls, or per
-// ceiling's worth above that (additive increase, up to Max) — no faster
-// than it can be cut, so that a limit a little above the upstream's
-// capacity, where only some calls wait, does not drift upward. A limit
-// nobody uses does not climb — at the next surge it would let a queue
-// build in the upstream for as long as it takes to come back down — and a
-// wait we do not cause (a slow moment of a lightly used upstream) cuts
-// nothing.
+// learn judges a call of class that started at level and took d, ending
+// at now, against its class's typical latency (queueSense). Only while the
+// limit is in use (at least half of it in flight: with pools, one pool may
+// be full while others idle): while the calls wait in the upstream's
+// queue, the ceiling is cut by cutFactor once per window of calls
+// (multiplicative decrease, down to Min); while they do not, it rises by
+// one per window of calls, or per ceiling's worth above that (additive
+// increase, up to Max and below the knee: kneeSense) — no faster than it
+// can be cut, so that a limit a little above the upstream's capacity,
+// where only some calls wait, does not drift upward. Above the levels
+// whose calls were seen not to wait, it rises only while the calls reach
+// it (the last window's highest level is the limit, less one): a limit
+// the calls do not reach does not climb — with pools, the seats kept free
+// as headroom keep the calls below it, a flood beside them then reaches a
+// limit raised meanwhile at once, and a queue builds in the upstream until
+// the knee is found. A limit nobody uses does not climb either, and a wait
+// we do not cause (a slow moment of a lightly used upstream) cuts nothing.
 func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	state, judged := l.sense.record(class, level, d, now, l.ceiling <= l.min)
 	if l.noSense {
 		state, judged = queueHealthy, false
+	}
+	l.top = max(l.top, level)
+	if judged {
+		l.reached = l.top >= l.Limit()-1
+		l.top = 0
 	}
 	if judged && !l.noKnee {
 		// Below the knee, whatever the windows say (kneeSense).
@@ -177,6 +193,7 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 			l.kneeCap = max(l.min, float64(k-1))
 		}
 		l.ceiling = min(l.ceiling, l.kneeCap)
+		l.proven = l.sense.knee.proven(int(l.max), now)
 	}
 	inUse := 2*l.inflight.Load() >= int64(l.Limit())
 	switch {
@@ -191,7 +208,9 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 		if l.sense.meanOnly {
 			step = 1 / l.ceiling
 		}
-		l.ceiling = min(l.max, l.kneeCap, l.ceiling+step)
+		if l.reached || l.climbUnreached || l.noSense || l.ceiling+step <= float64(l.proven+1) {
+			l.ceiling = min(l.max, l.kneeCap, l.ceiling+step)
+		}
 	}
 	l.ceilingInt.Store(int64(l.ceiling))
 }

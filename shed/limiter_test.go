@@ -331,7 +331,8 @@ func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
 // come first served): 400 reads of 5 ms a second (class 1) and 16 exports
 // of 300 ms (class 2), Poisson, seeded — 6.8 connections' worth, so that
 // only at the peaks of the exports' arrivals do reads wait. meanOnly
-// applies the rules before late calls, noKnee ignores the knee. It returns
+// applies the rules before late calls (and climbUnreached), noKnee ignores
+// the knee. It returns
 // the mean limit over the last 10 s and the share of reads in them that
 // waited 15 ms or more for a connection.
 func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
@@ -342,6 +343,7 @@ func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
 			t.Fatal(err)
 		}
 		l.sense.meanOnly = meanOnly
+		l.climbUnreached = meanOnly
 		l.noKnee = noKnee
 		conns := make(chan struct{}, 8)
 		rng := rand.New(rand.NewPCG(20261130, 8))
@@ -414,5 +416,50 @@ func TestLimiterFindsTheKnee(t *testing.T) {
 	}
 	if limit < 7 {
 		t.Errorf("with the knee the mean limit is %.1f; want the pool's 8 used (≥ 7)", limit)
+	}
+}
+
+// unreachedLimit runs 5 closed-loop clients of 5 ms calls, against an
+// upstream that serves them all at once, for 10 s under a limit starting
+// at 8, and returns the highest limit it reached. climb raises the limit
+// beyond the levels proven healthy all the same.
+func unreachedLimit(t *testing.T, climb bool) int {
+	t.Helper()
+	peak := 0
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.climbUnreached = climb
+		stop := make(chan struct{})
+		wg := driveWith(l, 5, 2*time.Millisecond, stop, func(p Permit) {
+			time.Sleep(5 * time.Millisecond)
+			p.Record()
+		})
+		for range 100 {
+			time.Sleep(100 * time.Millisecond)
+			peak = max(peak, l.Limit())
+		}
+		close(stop)
+		wg.Wait()
+	})
+	return peak
+}
+
+// A limit the calls do not reach does not climb beyond the levels seen
+// healthy: with pools, the seats kept free as headroom keep the calls
+// below the limit, and a flood beside them would reach a limit raised
+// meanwhile at once, building a queue in the upstream until the knee is
+// found. Negative control: raised while half of it is in flight, the
+// limit of 5 calls climbs past 10.
+func TestLimiterUnreachedDoesNotClimb(t *testing.T) {
+	kept, climbed := unreachedLimit(t, false), unreachedLimit(t, true)
+	t.Logf("peak limit with 5 calls in flight: %d; raised all the same: %d", kept, climbed)
+	if kept > 8 {
+		t.Errorf("peak limit %d with 5 calls in flight; want the initial 8 kept", kept)
+	}
+	if climbed <= 8 {
+		t.Errorf("raised all the same the peak is %d; the test above cannot fail", climbed)
 	}
 }
