@@ -183,7 +183,7 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 	}
 	l.top = max(l.top, level)
 	if judged {
-		l.reached = l.top >= l.Limit()-1
+		l.reached = l.top >= int(l.ceiling)-1
 		l.top = 0
 	}
 	if judged && !l.noKnee {
