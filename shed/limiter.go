@@ -36,9 +36,7 @@ type Limiter struct {
 	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
 	sense   queueSense // guarded by mu
 	kneeCap float64    // the level below the knee (kneeSense), or max; guarded by mu
-	proven  int        // the highest level whose calls did not wait (kneeSense); guarded by mu
-	top     int        // the highest level of the current window's calls; guarded by mu
-	reached bool       // the last window's calls reached the limit (less one); guarded by mu
+	proven  int        // the highest level whose calls did not wait (kneeSense.proven); guarded by mu
 	// noSense, a test hook set before first use, ignores what the calls'
 	// latencies say of the upstream's queue: the gradient and the slow
 	// calls alone govern, the negative control of the queueing tests.
@@ -47,8 +45,8 @@ type Limiter struct {
 	// negative control of its test.
 	noKnee bool
 	// climbUnreached, a test hook set before first use, raises the limit
-	// beyond the levels proven healthy while the calls do not reach it:
-	// the negative control of the test that it does not.
+	// beyond one level above those seen healthy: the negative control of
+	// the test that it does not.
 	climbUnreached bool
 
 	notifyMu sync.Mutex
@@ -166,25 +164,21 @@ func (l *Limiter) release(p *permit, learn bool) {
 // one per window of calls, or per ceiling's worth above that (additive
 // increase, up to Max and below the knee: kneeSense) — no faster than it
 // can be cut, so that a limit a little above the upstream's capacity,
-// where only some calls wait, does not drift upward. Above the levels
-// whose calls were seen not to wait, it rises only while the calls reach
-// it (the last window's highest level is the limit, less one): a limit
-// the calls do not reach does not climb — with pools, the seats kept free
-// as headroom keep the calls below it, a flood beside them then reaches a
-// limit raised meanwhile at once, and a queue builds in the upstream until
-// the knee is found. A limit nobody uses does not climb either, and a wait
-// we do not cause (a slow moment of a lightly used upstream) cuts nothing.
+// where only some calls wait, does not drift upward. It rises at most one
+// level above the highest whose calls were seen not to wait
+// (kneeSense.proven), so that it probes the upstream one level at a time:
+// a limit the calls do not reach does not climb — with pools, the seats
+// kept free as headroom keep the calls below it, a flood beside them would
+// reach a limit raised meanwhile at once, and a queue would build in the
+// upstream until the knee was found. A limit nobody uses does not climb
+// either, and a wait we do not cause (a slow moment of a lightly used
+// upstream) cuts nothing.
 func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	state, judged := l.sense.record(class, level, d, now, l.ceiling <= l.min)
 	if l.noSense {
 		state, judged = queueHealthy, false
-	}
-	l.top = max(l.top, level)
-	if judged {
-		l.reached = l.top >= int(l.ceiling)-1
-		l.top = 0
 	}
 	if judged && !l.noKnee {
 		// Below the knee, whatever the windows say (kneeSense).
@@ -208,7 +202,7 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 		if l.sense.meanOnly {
 			step = 1 / l.ceiling
 		}
-		if l.reached || l.climbUnreached || l.noSense || l.ceiling+step <= float64(l.proven+1) {
+		if l.climbUnreached || l.noSense || l.ceiling+step <= float64(l.proven+1) {
 			l.ceiling = min(l.max, l.kneeCap, l.ceiling+step)
 		}
 	}

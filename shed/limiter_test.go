@@ -170,8 +170,9 @@ func TestLimiterIncident(t *testing.T) {
 
 // timeoutLimit runs clients of which every other call hangs until the
 // client's timeout (6·base) and is dropped, and returns the highest limit
-// seen in the last 20s of a 40s run.
-func timeoutLimit(t *testing.T, maxLatency time.Duration) int {
+// seen in the last 20s of a 40s run. climb lets the limit rise beyond
+// the levels seen healthy (climbUnreached).
+func timeoutLimit(t *testing.T, maxLatency time.Duration, climb bool) int {
 	t.Helper()
 	const base = 20 * time.Millisecond
 	peak := 0
@@ -180,6 +181,7 @@ func timeoutLimit(t *testing.T, maxLatency time.Duration) int {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.climbUnreached = climb
 		var n atomic.Int64
 		stop := make(chan struct{})
 		wg := driveWith(l, 100, base/2, stop, func(p Permit) {
@@ -207,14 +209,15 @@ func TestLimiterSteadyTimeouts(t *testing.T) {
 	// timeout from a slow upstream). The fast half must not let the limit
 	// creep up: it stays at or below its initial 20.
 	const base = 20 * time.Millisecond
-	guarded := timeoutLimit(t, 3*base)
+	guarded := timeoutLimit(t, 3*base, false)
 	t.Logf("guarded: peak limit %d", guarded)
 	if guarded > 20 {
 		t.Errorf("guarded: peak limit %d under steady timeouts, want <= 20 (initial)", guarded)
 	}
-	// Negative control: without the guard, dropped timeouts teach nothing
-	// and the fast calls raise the limit well past its initial value.
-	crept := timeoutLimit(t, time.Hour)
+	// Negative control: without the guard (nor the one of the levels seen
+	// healthy), dropped timeouts teach nothing and the fast calls raise
+	// the limit well past its initial value.
+	crept := timeoutLimit(t, time.Hour, true)
 	t.Logf("unguarded: peak limit %d", crept)
 	if crept <= 2*20 {
 		t.Errorf("unguarded: peak limit %d, want > 40 (creep not reproduced)", crept)
@@ -422,7 +425,7 @@ func TestLimiterFindsTheKnee(t *testing.T) {
 // unreachedLimit runs 5 closed-loop clients of 5 ms calls, against an
 // upstream that serves them all at once, for 10 s under a limit starting
 // at 8, and returns the highest limit it reached. climb raises the limit
-// beyond the levels proven healthy all the same.
+// beyond one level above those seen healthy all the same.
 func unreachedLimit(t *testing.T, climb bool) int {
 	t.Helper()
 	peak := 0
@@ -447,12 +450,12 @@ func unreachedLimit(t *testing.T, climb bool) int {
 	return peak
 }
 
-// A limit the calls do not reach does not climb beyond the levels seen
-// healthy: with pools, the seats kept free as headroom keep the calls
-// below the limit, and a flood beside them would reach a limit raised
-// meanwhile at once, building a queue in the upstream until the knee is
-// found. Negative control: raised while half of it is in flight, the
-// limit of 5 calls climbs past 10.
+// A limit the calls do not reach does not climb beyond one level above
+// those seen healthy: with pools, the seats kept free as headroom keep the
+// calls below the limit, and a flood beside them would reach a limit
+// raised meanwhile at once, building a queue in the upstream until the
+// knee is found. Negative control: raised while half of it is in flight,
+// the limit of 5 calls climbs past 10.
 func TestLimiterUnreachedDoesNotClimb(t *testing.T) {
 	kept, climbed := unreachedLimit(t, false), unreachedLimit(t, true)
 	t.Logf("peak limit with 5 calls in flight: %d; raised all the same: %d", kept, climbed)
