@@ -35,19 +35,10 @@ type Limiter struct {
 	ceiling float64    // cap set by slow calls and queueing; guarded by mu
 	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
 	sense   queueSense // guarded by mu
-	kneeCap float64    // the level below the knee (kneeSense), or max; guarded by mu
-	proven  int        // the highest level whose calls did not wait (kneeSense.proven); guarded by mu
 	// noSense, a test hook set before first use, ignores what the calls'
 	// latencies say of the upstream's queue: the gradient and the slow
 	// calls alone govern, the negative control of the queueing tests.
 	noSense bool
-	// noKnee, a test hook set before first use, ignores the knee: the
-	// negative control of its test.
-	noKnee bool
-	// climbUnreached, a test hook set before first use, raises the limit
-	// beyond one level above those seen healthy: the negative control of
-	// the test that it does not.
-	climbUnreached bool
 
 	notifyMu sync.Mutex
 	reported atomic.Int64 // the limit last given to onChange; written under notifyMu
@@ -77,7 +68,6 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 		min:        float64(cfg.Min),
 		max:        float64(cfg.Max),
 		ceiling:    float64(cfg.Initial),
-		kneeCap:    float64(cfg.Max),
 	}
 	for _, opt := range opts {
 		opt(l)
@@ -109,8 +99,7 @@ func (l *Limiter) TryAcquire() (Permit, bool) { return l.TryAcquireClass(0) }
 // mix of cheap and expensive calls is not mistaken for the upstream's
 // queue. Classes are 0 to MaxLatencyClasses-1; higher ones share the last.
 func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
-	level := l.inflight.Add(1)
-	if level > int64(l.Limit()) {
+	if l.inflight.Add(1) > int64(l.Limit()) {
 		l.inflight.Add(-1)
 		return Permit{}, false
 	}
@@ -119,7 +108,7 @@ func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
 		l.inflight.Add(-1)
 		return Permit{}, false
 	}
-	return Permit{&permit{l: l, inner: ip, start: time.Now(), class: class, level: int(level)}}, true
+	return Permit{&permit{l: l, inner: ip, start: time.Now(), class: class}}, true
 }
 
 // Limit returns the current limit, in concurrent calls: the gradient's
@@ -143,7 +132,7 @@ func (l *Limiter) release(p *permit, learn bool) {
 	slow := took > l.maxLatency
 	if learn && !slow {
 		p.inner.Record()
-		l.learn(p.class, p.level, took, now)
+		l.learn(p.class, took, now)
 	} else {
 		p.inner.Drop()
 		if slow {
@@ -155,39 +144,25 @@ func (l *Limiter) release(p *permit, learn bool) {
 	l.notify()
 }
 
-// learn judges a call of class that started at level and took d, ending
-// at now, against its class's typical latency (queueSense). Only while the
-// limit is in use (at least half of it in flight: with pools, one pool may
-// be full while others idle): while the calls wait in the upstream's
-// queue, the ceiling is cut by cutFactor once per window of calls
-// (multiplicative decrease, down to Min); while they do not, it rises by
-// one per window of calls, or per ceiling's worth above that (additive
-// increase, up to Max and below the knee: kneeSense) — no faster than it
-// can be cut, so that a limit a little above the upstream's capacity,
-// where only some calls wait, does not drift upward. It rises at most one
-// level above the highest whose calls were seen not to wait
-// (kneeSense.proven), so that it probes the upstream one level at a time:
-// a limit the calls do not reach does not climb — with pools, the seats
-// kept free as headroom keep the calls below it, a flood beside them would
-// reach a limit raised meanwhile at once, and a queue would build in the
-// upstream until the knee was found. A limit nobody uses does not climb
-// either, and a wait we do not cause (a slow moment of a lightly used
-// upstream) cuts nothing.
-func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
+// learn judges a call of class that took d, ending at now, against its
+// class's typical latency (queueSense). Only while the limit is in use (at
+// least half of it in flight: with pools, one pool may be full while others
+// idle): while the calls wait in the upstream's queue, the ceiling is cut
+// by cutFactor once per window of calls (multiplicative decrease, down to
+// Min); while they do not, it rises by one per window of calls, or per
+// ceiling's worth above that (additive increase, up to Max) — no faster
+// than it can be cut, so that a limit a little above the upstream's
+// capacity, where only some calls wait, does not drift upward. A limit
+// nobody uses does not climb — at the next surge it would let a queue
+// build in the upstream for as long as it takes to come back down — and a
+// wait we do not cause (a slow moment of a lightly used upstream) cuts
+// nothing.
+func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state, judged := l.sense.record(class, level, d, now, l.ceiling <= l.min)
+	state, judged := l.sense.record(class, d, now, l.ceiling <= l.min)
 	if l.noSense {
 		state, judged = queueHealthy, false
-	}
-	if judged && !l.noKnee {
-		// Below the knee, whatever the windows say (kneeSense).
-		l.kneeCap = l.max
-		if k := l.sense.knee.knee(int(l.ceiling)+1, now); k > 0 {
-			l.kneeCap = max(l.min, float64(k-1))
-		}
-		l.ceiling = min(l.ceiling, l.kneeCap)
-		l.proven = l.sense.knee.proven(int(l.max), now)
 	}
 	inUse := 2*l.inflight.Load() >= int64(l.Limit())
 	switch {
@@ -202,9 +177,7 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 		if l.sense.meanOnly {
 			step = 1 / l.ceiling
 		}
-		if l.climbUnreached || l.noSense || l.ceiling+step <= float64(l.proven+1) {
-			l.ceiling = min(l.max, l.kneeCap, l.ceiling+step)
-		}
+		l.ceiling = min(l.max, l.ceiling+step)
 	}
 	l.ceilingInt.Store(int64(l.ceiling))
 }
@@ -256,7 +229,6 @@ type permit struct {
 	inner    adaptivelimiter.Permit
 	start    time.Time
 	class    int
-	level    int // calls in flight when it started, itself included
 	released atomic.Bool
 }
 

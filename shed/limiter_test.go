@@ -170,9 +170,8 @@ func TestLimiterIncident(t *testing.T) {
 
 // timeoutLimit runs clients of which every other call hangs until the
 // client's timeout (6·base) and is dropped, and returns the highest limit
-// seen in the last 20s of a 40s run. climb lets the limit rise beyond
-// the levels seen healthy (climbUnreached).
-func timeoutLimit(t *testing.T, maxLatency time.Duration, climb bool) int {
+// seen in the last 20s of a 40s run.
+func timeoutLimit(t *testing.T, maxLatency time.Duration) int {
 	t.Helper()
 	const base = 20 * time.Millisecond
 	peak := 0
@@ -181,7 +180,6 @@ func timeoutLimit(t *testing.T, maxLatency time.Duration, climb bool) int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.climbUnreached = climb
 		var n atomic.Int64
 		stop := make(chan struct{})
 		wg := driveWith(l, 100, base/2, stop, func(p Permit) {
@@ -209,15 +207,14 @@ func TestLimiterSteadyTimeouts(t *testing.T) {
 	// timeout from a slow upstream). The fast half must not let the limit
 	// creep up: it stays at or below its initial 20.
 	const base = 20 * time.Millisecond
-	guarded := timeoutLimit(t, 3*base, false)
+	guarded := timeoutLimit(t, 3*base)
 	t.Logf("guarded: peak limit %d", guarded)
 	if guarded > 20 {
 		t.Errorf("guarded: peak limit %d under steady timeouts, want <= 20 (initial)", guarded)
 	}
-	// Negative control: without the guard (nor the one of the levels seen
-	// healthy), dropped timeouts teach nothing and the fast calls raise
-	// the limit well past its initial value.
-	crept := timeoutLimit(t, time.Hour, true)
+	// Negative control: without the guard, dropped timeouts teach nothing
+	// and the fast calls raise the limit well past its initial value.
+	crept := timeoutLimit(t, time.Hour)
 	t.Logf("unguarded: peak limit %d", crept)
 	if crept <= 2*20 {
 		t.Errorf("unguarded: peak limit %d, want > 40 (creep not reproduced)", crept)
@@ -334,11 +331,10 @@ func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
 // come first served): 400 reads of 5 ms a second (class 1) and 16 exports
 // of 300 ms (class 2), Poisson, seeded — 6.8 connections' worth, so that
 // only at the peaks of the exports' arrivals do reads wait. meanOnly
-// applies the rules before late calls (and climbUnreached), noKnee ignores
-// the knee. It returns
-// the mean limit over the last 10 s and the share of reads in them that
-// waited 15 ms or more for a connection.
-func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
+// applies the rules before late calls. It returns the mean limit over the last
+// 10 s and the share of reads in them that waited 15 ms or more for a
+// connection.
+func poolLimit(t *testing.T, meanOnly bool) (limit, waited float64) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
@@ -346,8 +342,6 @@ func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
 			t.Fatal(err)
 		}
 		l.sense.meanOnly = meanOnly
-		l.climbUnreached = meanOnly
-		l.noKnee = noKnee
 		conns := make(chan struct{}, 8)
 		rng := rand.New(rand.NewPCG(20261130, 8))
 		var wg sync.WaitGroup
@@ -392,77 +386,16 @@ func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
 // the rest keep the window's mean down. Late calls cut the limit all the
 // same, and a healthy window raises it no faster than a late one cuts it.
 // Negative control: judged by the mean alone and raised by one per
-// ceiling's worth of calls (and blind to the knee), the limit drifts above
-// the pool and reads wait for a connection eight times as often.
+// ceiling's worth of calls, the limit drifts above the pool and reads wait
+// for a connection eight times as often.
 func TestLimiterSeesLateCalls(t *testing.T) {
-	limit, waited := poolLimit(t, false, true)
-	meanLimit, meanWaited := poolLimit(t, true, true)
+	limit, waited := poolLimit(t, false)
+	meanLimit, meanWaited := poolLimit(t, true)
 	t.Logf("late calls: mean limit %.1f, %.2f%% of reads waited ≥ 15 ms; mean alone: %.1f, %.2f%%", limit, 100*waited, meanLimit, 100*meanWaited)
 	if waited > 0.005 {
 		t.Errorf("with late calls %.2f%% of reads waited ≥ 15 ms for a connection; want ≤ 0.5%%", 100*waited)
 	}
 	if meanWaited <= 0.005 {
 		t.Errorf("judged by the mean alone %.2f%% of reads waited; the test above cannot fail", 100*meanWaited)
-	}
-}
-
-// The calls started with more in flight than the pool's 8 connections
-// wait, and the limit stays below the level where they begin, whatever
-// the windows of calls say: with the rules before late calls, the knee
-// alone keeps reads from waiting. Negative control: TestLimiterSeesLateCalls'
-// (the same rules, blind to the knee).
-func TestLimiterFindsTheKnee(t *testing.T) {
-	limit, waited := poolLimit(t, true, false)
-	t.Logf("knee: mean limit %.1f, %.2f%% of reads waited ≥ 15 ms", limit, 100*waited)
-	if waited > 0.005 {
-		t.Errorf("with the knee %.2f%% of reads waited ≥ 15 ms for a connection; want ≤ 0.5%%", 100*waited)
-	}
-	if limit < 7 {
-		t.Errorf("with the knee the mean limit is %.1f; want the pool's 8 used (≥ 7)", limit)
-	}
-}
-
-// unreachedLimit runs 5 closed-loop clients of 5 ms calls, against an
-// upstream that serves them all at once, for 10 s under a limit starting
-// at 8, and returns the highest limit it reached. climb raises the limit
-// beyond one level above those seen healthy all the same.
-func unreachedLimit(t *testing.T, climb bool) int {
-	t.Helper()
-	peak := 0
-	synctest.Test(t, func(t *testing.T) {
-		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.climbUnreached = climb
-		stop := make(chan struct{})
-		wg := driveWith(l, 5, 2*time.Millisecond, stop, func(p Permit) {
-			time.Sleep(5 * time.Millisecond)
-			p.Record()
-		})
-		for range 100 {
-			time.Sleep(100 * time.Millisecond)
-			peak = max(peak, l.Limit())
-		}
-		close(stop)
-		wg.Wait()
-	})
-	return peak
-}
-
-// A limit the calls do not reach does not climb beyond one level above
-// those seen healthy: with pools, the seats kept free as headroom keep the
-// calls below the limit, and a flood beside them would reach a limit
-// raised meanwhile at once, building a queue in the upstream until the
-// knee is found. Negative control: raised while half of it is in flight,
-// the limit of 5 calls climbs past 10.
-func TestLimiterUnreachedDoesNotClimb(t *testing.T) {
-	kept, climbed := unreachedLimit(t, false), unreachedLimit(t, true)
-	t.Logf("peak limit with 5 calls in flight: %d; raised all the same: %d", kept, climbed)
-	if kept > 8 {
-		t.Errorf("peak limit %d with 5 calls in flight; want the initial 8 kept", kept)
-	}
-	if climbed <= 8 {
-		t.Errorf("raised all the same the peak is %d; the test above cannot fail", climbed)
 	}
 }
