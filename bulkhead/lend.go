@@ -109,24 +109,6 @@ func (ps *Pools) borrowFromLocked(p *pool, ratio float64, t int64) *pool {
 	return best
 }
 
-// lightLenderLocked returns the pool with the most seats to lend to a
-// light tenant of p, queued or not, or nil: where the dispatch looks for
-// a seat for p's light tenants once no idle pool lends one. ps.mu must be
-// held.
-func (ps *Pools) lightLenderLocked(p *pool) *pool {
-	if ps.lightLimited {
-		return nil
-	}
-	var best *pool
-	bestFree := 0
-	for _, l := range ps.order {
-		if free := lendable(l); l != p && free > bestFree {
-			best, bestFree = l, free
-		}
-	}
-	return best
-}
-
 // lendable is how many seats l may lend now: free seats within its
 // lendable share. Pools.mu must be held.
 func lendable(l *pool) int { return min(l.nominal-l.used, l.lendable-l.lent) }

@@ -11,9 +11,9 @@ import (
 // manyLightTenants is the bench's many-tenants in small: pools a (4
 // seats), b and c (2 each) of a total of 8, each lending and borrowing
 // half its seats. In each, a heavy tenant floods 300 ms exports from 1 s
-// (a: five seats' worth, b and c: three each) beside ten light tenants,
-// each sending a 5 ms read every 250 ms, and, twice a second, four of
-// them in one pool at once. A pool of two seats keeps at most one as
+// (a: five seats' worth, b and c: three each) beside light tenants, each
+// sending a 5 ms read (a: ten, every 250 ms; b and c: twenty each, every
+// 100 ms), and, twice a second, four of them in one pool at once. A pool of two seats keeps at most one as
 // headroom for its own light tenants; their bursts need the seats of the
 // other pools, which the heavy tenants of all pools must leave free
 // between them. control turns off light borrowing ("borrow") or the

@@ -158,7 +158,10 @@ func (ps *Pools) dispatchLocked() {
 			}
 			if l != nil && ps.grantLocked(p, l, now, grantRoom) {
 				progress = true
-			} else if l := ps.lightLenderLocked(p); l != nil && !ps.fifo && ps.grantLocked(p, l, now, grantLight) {
+			} else if l := ps.borrowFromLocked(p, 0, ps.nanos(now)); l != nil && !ps.fifo && ps.grantLocked(p, l, now, grantLight) {
+				// Ratio 0 asks for a lender to a light tenant (queued
+				// or not, beyond p's borrowing limit); grantLight
+				// hands its seat to p's light tenants only.
 				progress = true
 			}
 		}
