@@ -145,16 +145,21 @@ func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 	if ps.noReserve || ratio < heavyUse && !ps.noFloor {
 		return 0
 	}
-	var use float64
-	held := 0
+	use, held := lighterUse(p, ratio, t)
+	return max(burstNeed(use)-held, 0)
+}
+
+// lighterUse is the use at t of p's tenants using less than half as much
+// (for their weights) as a tenant whose use for its weight is ratio, and
+// the seats they hold.
+func lighterUse(p *pool, ratio float64, t int64) (use float64, held int) {
 	for _, u := range p.users {
 		if x := useOf(u, t); x/u.weight < ratio/lighter {
 			use += x
 			held += u.held.Level()
 		}
 	}
-	need := burstNeed(use)
-	return max(need-held, 0)
+	return use, held
 }
 
 // burstNeed is how many seats requests arriving at random with a use of
@@ -253,13 +258,8 @@ func (ps *Pools) globalKeepsLocked(ratio float64, t int64) bool {
 	used, held := 0, 0
 	var use float64
 	for _, p := range ps.order {
-		used += p.used
-		for _, u := range p.users {
-			if x := useOf(u, t); x/u.weight < ratio/lighter {
-				use += x
-				held += u.held.Level()
-			}
-		}
+		u, h := lighterUse(p, ratio, t)
+		used, use, held = used+p.used, use+u, held+h
 	}
 	return ps.total-used > min(max(burstNeed(use)-held, 0), ps.total-1)
 }
