@@ -56,9 +56,21 @@ func (ps *Pools) makeRoomLocked(p *pool, r *Request, now time.Time) bool {
 	longest, n := p.queue.longest()
 	victimFlow := longest
 	if p.queue.flowLen(ps.flowKey(r.flow()))+1 >= n {
-		last, _ := p.queue.newest(longest)
+		// As long as the longest once queued: only a tenant within its
+		// share pushes out, and only a request of one above it, the
+		// heaviest of those the longest flows hold.
 		ps.shareLevelLocked(p, ps.nanos(now))
-		if !ps.withinLocked(p, r.Tenant, now) || ps.withinLocked(p, last.req.Tenant, now) {
+		victimFlow = ""
+		switch {
+		case !ps.withinLocked(p, r.Tenant, now):
+		case ps.anyLongest:
+			if last, _ := p.queue.newest(longest); !ps.withinLocked(p, last.req.Tenant, now) {
+				victimFlow = longest
+			}
+		default:
+			victimFlow = ps.heaviestLongestLocked(p, n, now)
+		}
+		if victimFlow == "" {
 			if victimFlow = ps.lowerOwnLocked(p, r); victimFlow == "" {
 				return false
 			}
@@ -70,6 +82,27 @@ func (ps *Pools) makeRoomLocked(p *pool, r *Request, now time.Time) bool {
 	victim.evicted = true
 	victim.ready <- struct{}{}
 	return true
+}
+
+// heaviestLongestLocked returns, of p's flows holding n requests, the one
+// whose newest request's tenant uses most of p above its fair share; "" if
+// every such tenant is within its share. ps.mu must be held.
+func (ps *Pools) heaviestLongestLocked(p *pool, n int, now time.Time) string {
+	best, most, t := "", 0.0, ps.nanos(now)
+	for key, fi := range p.queue.byKey {
+		f := &p.queue.flows[fi]
+		if f.n != n {
+			continue
+		}
+		tenant := p.queue.nodes[f.tail].item.req.Tenant
+		if ps.withinLocked(p, tenant, now) {
+			continue
+		}
+		if r := ps.ratioLocked(p, tenant, t); best == "" || r > most {
+			best, most = key, r
+		}
+	}
+	return best
 }
 
 // lowerOwnLocked returns the flow of r's tenant whose newest request has

@@ -300,3 +300,56 @@ func TestHeavyTenantReclaimsNoHeadroom(t *testing.T) {
 		}
 	})
 }
+
+// queueBesideAnInnocent: pool p of 1 seat and a queue of 2. heavy holds
+// the seat and queues one request; a while later other, within its
+// share, queues one; then light comes to the full queue. It returns what
+// became of other's request and of light's (nil while still queued).
+// anyLongest looks only at the longest flow last to grow (other's).
+func queueBesideAnInnocent(t *testing.T, anyLongest bool) (other, light error) {
+	synctest.Test(t, func(t *testing.T) {
+		ps := onePool(t, 1, PoolConfig{Share: 1, QueueLength: 2, MaxWait: time.Minute})
+		ps.anyLongest = anyLongest
+		ctx, stop := context.WithCancel(t.Context())
+		defer func() { stop(); synctest.Wait() }()
+		held := mustAcquire(t, ps, "p", "heavy")
+		defer held.Release()
+		heavy := acquireReq(ctx, ps, "p", Request{Tenant: "heavy", Cost: 1})
+		time.Sleep(3 * UsageWindow)
+		o := acquireReq(ctx, ps, "p", Request{Tenant: "other", Cost: 1})
+		l := acquireReq(ctx, ps, "p", Request{Tenant: "light", Cost: 1})
+		pending := func(ch <-chan result) error {
+			select {
+			case r := <-ch:
+				if r.err == nil {
+					r.seat.Release()
+					return errors.New("granted")
+				}
+				return r.err
+			default:
+				return nil
+			}
+		}
+		other, light = pending(o), pending(l)
+		if h := pending(heavy); other == nil && light == nil && !errors.Is(h, ErrQueueFull) {
+			t.Errorf("heavy's queued request: %v; want it pushed out (ErrQueueFull)", h)
+		}
+	})
+	return other, light
+}
+
+// A full queue whose longest flows hold one request each pushes out the
+// newest request of the one whose tenant is furthest above its share, not
+// refuse a tenant within its share because the flow it looked at first
+// was another's within its share. Negative control: looking only at the
+// longest flow last to grow, light is refused.
+func TestFullQueuePushesOutTheHeaviestOfTheLongest(t *testing.T) {
+	other, light := queueBesideAnInnocent(t, false)
+	if other != nil || light != nil {
+		t.Errorf("other: %v, light: %v; want both queued, heavy's request pushed out", other, light)
+	}
+	_, light = queueBesideAnInnocent(t, true)
+	if !errors.Is(light, ErrQueueFull) {
+		t.Errorf("looking at the last longest flow only, light: %v; want ErrQueueFull (the test above cannot fail)", light)
+	}
+}

@@ -28,6 +28,7 @@ type Limiter struct {
 	onChange   func(limit int)
 
 	inflight   atomic.Int64
+	pressed    atomic.Bool  // calls wanted more than the limit since the last window (Press)
 	innerLimit atomic.Int64 // inner.Limit(), refreshed after every release
 	ceilingInt atomic.Int64 // int(ceiling), read on the acquire path
 
@@ -35,10 +36,19 @@ type Limiter struct {
 	ceiling float64    // cap set by slow calls and queueing; guarded by mu
 	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
 	sense   queueSense // guarded by mu
+	kneeCap float64    // the level below the knee (kneeSense), or max; guarded by mu
+	climb   bool       // the window before the last was pressed; guarded by mu
 	// noSense, a test hook set before first use, ignores what the calls'
 	// latencies say of the upstream's queue: the gradient and the slow
 	// calls alone govern, the negative control of the queueing tests.
 	noSense bool
+	// noKnee, a test hook set before first use, ignores the knee: the
+	// negative control of its test.
+	noKnee bool
+	// noPress, a test hook set before first use, raises the limit whether
+	// or not it was pressed: the negative control of the test that it
+	// does not.
+	noPress bool
 
 	notifyMu sync.Mutex
 	reported atomic.Int64 // the limit last given to onChange; written under notifyMu
@@ -68,16 +78,24 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 		min:        float64(cfg.Min),
 		max:        float64(cfg.Max),
 		ceiling:    float64(cfg.Initial),
+		kneeCap:    float64(cfg.Max),
 	}
 	for _, opt := range opts {
 		opt(l)
 	}
+	// Above its initial value the limit starts as if probing a knee one
+	// level above it: slowly, until the calls there are seen not to wait.
+	l.sense.knee.probing = cfg.Initial + 1
 	l.inner = adaptivelimiter.NewBuilder[any]().
 		WithLimits(uint(cfg.Min), uint(cfg.Max), uint(cfg.Initial)).
 		// Keep the gradient under the ceiling too, so that it does not
-		// climb on the fast calls alone while slow ones hold it down.
+		// climb on the fast calls alone while slow ones hold it down —
+		// but not below the initial limit: a ceiling held low by an
+		// incident would drag the gradient down with it, and the
+		// gradient climbs back one step a second, long after the
+		// upstream has.
 		WithMaxLimitFunc(func(inflight int) float64 {
-			return min(maxLimitFactor*float64(inflight), float64(l.ceilingInt.Load()))
+			return min(maxLimitFactor*float64(inflight), float64(max(l.ceilingInt.Load(), int64(cfg.Initial))))
 		}).
 		Build()
 	l.innerLimit.Store(int64(cfg.Initial))
@@ -99,16 +117,32 @@ func (l *Limiter) TryAcquire() (Permit, bool) { return l.TryAcquireClass(0) }
 // mix of cheap and expensive calls is not mistaken for the upstream's
 // queue. Classes are 0 to MaxLatencyClasses-1; higher ones share the last.
 func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
-	if l.inflight.Add(1) > int64(l.Limit()) {
+	level, limit := l.inflight.Add(1), int64(l.Limit())
+	if level >= limit {
+		l.Press()
+	}
+	if level > limit {
 		l.inflight.Add(-1)
 		return Permit{}, false
 	}
 	ip, ok := l.inner.TryAcquirePermit()
 	if !ok {
 		l.inflight.Add(-1)
+		l.Press()
 		return Permit{}, false
 	}
-	return Permit{&permit{l: l, inner: ip, start: time.Now(), class: class}}, true
+	return Permit{&permit{l: l, inner: ip, start: time.Now(), class: class, level: int(level)}}, true
+}
+
+// Press tells the limit that calls wanted more than it allows: a call
+// found it reached, or a request waited for a seat of the pools that
+// divide it. Only a limit pressed since the last window of calls rises:
+// one the calls do not reach would let the next surge build a queue in the
+// upstream for as long as it takes to come back down.
+func (l *Limiter) Press() {
+	if !l.pressed.Load() {
+		l.pressed.Store(true)
+	}
 }
 
 // Limit returns the current limit, in concurrent calls: the gradient's
@@ -132,7 +166,7 @@ func (l *Limiter) release(p *permit, learn bool) {
 	slow := took > l.maxLatency
 	if learn && !slow {
 		p.inner.Record()
-		l.learn(p.class, took, now)
+		l.learn(p.class, p.level, took, now)
 	} else {
 		p.inner.Drop()
 		if slow {
@@ -144,25 +178,40 @@ func (l *Limiter) release(p *permit, learn bool) {
 	l.notify()
 }
 
-// learn judges a call of class that took d, ending at now, against its
-// class's typical latency (queueSense). Only while the limit is in use (at
-// least half of it in flight: with pools, one pool may be full while others
-// idle): while the calls wait in the upstream's queue, the ceiling is cut
-// by cutFactor once per window of calls (multiplicative decrease, down to
-// Min); while they do not, it rises by one per window of calls, or per
-// ceiling's worth above that (additive increase, up to Max) — no faster
-// than it can be cut, so that a limit a little above the upstream's
-// capacity, where only some calls wait, does not drift upward. A limit
-// nobody uses does not climb — at the next surge it would let a queue
-// build in the upstream for as long as it takes to come back down — and a
-// wait we do not cause (a slow moment of a lightly used upstream) cuts
-// nothing.
-func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
+// learn judges a call of class that started at level and took d, ending
+// at now, against its class's typical latency (queueSense). Only while the
+// limit is in use (at least half of it in flight: with pools, one pool may
+// be full while others idle): while the calls wait in the upstream's
+// queue, the ceiling is cut by cutFactor once per window of calls
+// (multiplicative decrease, down to Min); while they do not, it rises by
+// one per window of calls, or per ceiling's worth above that (additive
+// increase, up to Max and below the knee: kneeSense) — no faster than it
+// can be cut, so that a limit a little above the upstream's capacity,
+// where only some calls wait, does not drift upward. While it probes the
+// level of a knee that expired, it rises kneeProbeSlow times slower. It
+// rises only if it was pressed in the window before (Press): with pools,
+// the seats kept free as headroom keep the calls below the limit, and a
+// flood beside them would reach a limit raised meanwhile at once, building
+// a queue in the upstream until the knee was found. A limit nobody uses
+// does not climb either, and a wait we do not cause (a slow moment of a
+// lightly used upstream) cuts nothing.
+func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state, judged := l.sense.record(class, d, now, l.ceiling <= l.min)
+	state, judged := l.sense.record(class, level, d, now, l.ceiling <= l.min)
 	if l.noSense {
 		state, judged = queueHealthy, false
+	}
+	if judged {
+		l.climb = l.pressed.Swap(false)
+	}
+	if judged && !l.noKnee {
+		// Below the knee, whatever the windows say (kneeSense).
+		l.kneeCap = l.max
+		if k := l.sense.knee.knee(int(l.ceiling)+1, now); k > 0 {
+			l.kneeCap = max(l.min, float64(k-1))
+		}
+		l.ceiling = min(l.ceiling, l.kneeCap)
 	}
 	inUse := 2*l.inflight.Load() >= int64(l.Limit())
 	switch {
@@ -177,7 +226,12 @@ func (l *Limiter) learn(class int, d time.Duration, now time.Time) {
 		if l.sense.meanOnly {
 			step = 1 / l.ceiling
 		}
-		l.ceiling = min(l.max, l.ceiling+step)
+		if l.sense.knee.probing > 0 && !l.noKnee {
+			step /= kneeProbeSlow
+		}
+		if l.climb || l.noPress || l.noSense {
+			l.ceiling = min(l.max, l.kneeCap, l.ceiling+step)
+		}
 	}
 	l.ceilingInt.Store(int64(l.ceiling))
 }
@@ -229,6 +283,7 @@ type permit struct {
 	inner    adaptivelimiter.Permit
 	start    time.Time
 	class    int
+	level    int // calls in flight when it started, itself included
 	released atomic.Bool
 }
 

@@ -70,6 +70,37 @@ func driveClasses(clients int, retry time.Duration, stop <-chan struct{}, acquir
 	return &wg
 }
 
+// while drives l with clients closed-loop clients making call (retrying
+// 2 ms after a refused permit) while during runs.
+func while(l *Limiter, clients int, call func(Permit), during func()) {
+	stop := make(chan struct{})
+	wg := driveWith(l, clients, 2*time.Millisecond, stop, call)
+	during()
+	close(stop)
+	wg.Wait()
+}
+
+// limiter8 is a Limiter from 1 to 64, starting at 8, with a MaxLatency of
+// 3 s.
+func limiter8(t *testing.T) *Limiter {
+	t.Helper()
+	l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// peakLimit samples l.Limit() every step for d and returns the highest.
+func peakLimit(l *Limiter, d, step time.Duration) int {
+	peak := 0
+	for range d / step {
+		time.Sleep(step)
+		peak = max(peak, l.Limit())
+	}
+	return peak
+}
+
 // meanLimit samples l.Limit() every step for d and returns the mean.
 func meanLimit(l *Limiter, d, step time.Duration) float64 {
 	var sum, n float64
@@ -170,8 +201,9 @@ func TestLimiterIncident(t *testing.T) {
 
 // timeoutLimit runs clients of which every other call hangs until the
 // client's timeout (6·base) and is dropped, and returns the highest limit
-// seen in the last 20s of a 40s run.
-func timeoutLimit(t *testing.T, maxLatency time.Duration) int {
+// seen in the last 20s of a 40s run. climb lets the limit rise whether or
+// not it was pressed (noPress).
+func timeoutLimit(t *testing.T, maxLatency time.Duration, climb bool) int {
 	t.Helper()
 	const base = 20 * time.Millisecond
 	peak := 0
@@ -180,6 +212,7 @@ func timeoutLimit(t *testing.T, maxLatency time.Duration) int {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.noPress = climb
 		var n atomic.Int64
 		stop := make(chan struct{})
 		wg := driveWith(l, 100, base/2, stop, func(p Permit) {
@@ -192,10 +225,7 @@ func timeoutLimit(t *testing.T, maxLatency time.Duration) int {
 			p.Record()
 		})
 		time.Sleep(20 * time.Second)
-		for range 200 {
-			time.Sleep(100 * time.Millisecond)
-			peak = max(peak, l.Limit())
-		}
+		peak = peakLimit(l, 20*time.Second, 100*time.Millisecond)
 		close(stop)
 		wg.Wait()
 	})
@@ -207,14 +237,15 @@ func TestLimiterSteadyTimeouts(t *testing.T) {
 	// timeout from a slow upstream). The fast half must not let the limit
 	// creep up: it stays at or below its initial 20.
 	const base = 20 * time.Millisecond
-	guarded := timeoutLimit(t, 3*base)
+	guarded := timeoutLimit(t, 3*base, false)
 	t.Logf("guarded: peak limit %d", guarded)
 	if guarded > 20 {
 		t.Errorf("guarded: peak limit %d under steady timeouts, want <= 20 (initial)", guarded)
 	}
-	// Negative control: without the guard, dropped timeouts teach nothing
-	// and the fast calls raise the limit well past its initial value.
-	crept := timeoutLimit(t, time.Hour)
+	// Negative control: without the guard (nor the one of the limit not
+	// pressed), dropped timeouts teach nothing and the fast calls raise
+	// the limit well past its initial value.
+	crept := timeoutLimit(t, time.Hour, true)
 	t.Logf("unguarded: peak limit %d", crept)
 	if crept <= 2*20 {
 		t.Errorf("unguarded: peak limit %d, want > 40 (creep not reproduced)", crept)
@@ -272,10 +303,7 @@ func mixedLimit(t *testing.T, noSense bool) float64 {
 	const capacity = 8
 	var got float64
 	synctest.Test(t, func(t *testing.T) {
-		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := limiter8(t)
 		l.noSense = noSense
 		var inflight, n atomic.Int64
 		stop := make(chan struct{})
@@ -331,17 +359,17 @@ func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
 // come first served): 400 reads of 5 ms a second (class 1) and 16 exports
 // of 300 ms (class 2), Poisson, seeded — 6.8 connections' worth, so that
 // only at the peaks of the exports' arrivals do reads wait. meanOnly
-// applies the rules before late calls. It returns the mean limit over the last
-// 10 s and the share of reads in them that waited 15 ms or more for a
-// connection.
-func poolLimit(t *testing.T, meanOnly bool) (limit, waited float64) {
+// applies the rules before late calls (and noPress), noKnee ignores
+// the knee. It returns
+// the mean limit over the last 10 s and the share of reads in them that
+// waited 15 ms or more for a connection.
+func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
-		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := limiter8(t)
 		l.sense.meanOnly = meanOnly
+		l.noPress = meanOnly
+		l.noKnee = noKnee
 		conns := make(chan struct{}, 8)
 		rng := rand.New(rand.NewPCG(20261130, 8))
 		var wg sync.WaitGroup
@@ -386,16 +414,115 @@ func poolLimit(t *testing.T, meanOnly bool) (limit, waited float64) {
 // the rest keep the window's mean down. Late calls cut the limit all the
 // same, and a healthy window raises it no faster than a late one cuts it.
 // Negative control: judged by the mean alone and raised by one per
-// ceiling's worth of calls, the limit drifts above the pool and reads wait
-// for a connection eight times as often.
+// ceiling's worth of calls (and blind to the knee), the limit drifts above
+// the pool and reads wait for a connection eight times as often.
 func TestLimiterSeesLateCalls(t *testing.T) {
-	limit, waited := poolLimit(t, false)
-	meanLimit, meanWaited := poolLimit(t, true)
+	limit, waited := poolLimit(t, false, true)
+	meanLimit, meanWaited := poolLimit(t, true, true)
 	t.Logf("late calls: mean limit %.1f, %.2f%% of reads waited ≥ 15 ms; mean alone: %.1f, %.2f%%", limit, 100*waited, meanLimit, 100*meanWaited)
 	if waited > 0.005 {
 		t.Errorf("with late calls %.2f%% of reads waited ≥ 15 ms for a connection; want ≤ 0.5%%", 100*waited)
 	}
 	if meanWaited <= 0.005 {
 		t.Errorf("judged by the mean alone %.2f%% of reads waited; the test above cannot fail", 100*meanWaited)
+	}
+}
+
+// The calls started with more in flight than the pool's 8 connections
+// wait, and the limit stays below the level where they begin, whatever
+// the windows of calls say: with the rules before late calls, the knee
+// alone keeps reads from waiting. Negative control: TestLimiterSeesLateCalls'
+// (the same rules, blind to the knee).
+func TestLimiterFindsTheKnee(t *testing.T) {
+	limit, waited := poolLimit(t, true, false)
+	t.Logf("knee: mean limit %.1f, %.2f%% of reads waited ≥ 15 ms", limit, 100*waited)
+	if waited > 0.005 {
+		t.Errorf("with the knee %.2f%% of reads waited ≥ 15 ms for a connection; want ≤ 0.5%%", 100*waited)
+	}
+	if limit < 7 {
+		t.Errorf("with the knee the mean limit is %.1f; want the pool's 8 used (≥ 7)", limit)
+	}
+}
+
+// unreachedLimit runs 5 closed-loop clients of 5 ms calls, against an
+// upstream that serves them all at once, for 10 s under a limit starting
+// at 8, and returns the highest limit it reached. climb raises the limit
+// whether or not it was pressed (noPress).
+func unreachedLimit(t *testing.T, climb bool) int {
+	t.Helper()
+	peak := 0
+	synctest.Test(t, func(t *testing.T) {
+		l := limiter8(t)
+		l.noPress = climb
+		while(l, 5, func(p Permit) {
+			time.Sleep(5 * time.Millisecond)
+			p.Record()
+		}, func() { peak = peakLimit(l, 10*time.Second, 100*time.Millisecond) })
+	})
+	return peak
+}
+
+// A limit the calls do not reach (nothing pressed it) does not climb: with
+// pools, the seats kept free as headroom keep the calls below the limit,
+// and a flood beside them would reach a limit raised meanwhile at once,
+// building a queue in the upstream until the knee is found. Negative
+// control: raised while half of it is in flight, the limit of 5 calls
+// climbs past 10.
+func TestLimiterUnreachedDoesNotClimb(t *testing.T) {
+	kept, climbed := unreachedLimit(t, false), unreachedLimit(t, true)
+	t.Logf("peak limit with 5 calls in flight: %d; raised all the same: %d", kept, climbed)
+	if kept > 8 {
+		t.Errorf("peak limit %d with 5 calls in flight; want the initial 8 kept", kept)
+	}
+	if climbed <= 8 {
+		t.Errorf("raised all the same the peak is %d; the test above cannot fail", climbed)
+	}
+}
+
+// recoveredLimit runs 16 closed-loop clients of 10 ms calls for 20 s
+// against an upstream of 8 connections (a call beyond them waits for one)
+// that keeps only 2 from 5 s to 13 s, and returns the mean limit over the
+// last 3 s. forever holds a knee for good.
+func recoveredLimit(t *testing.T, forever bool) float64 {
+	t.Helper()
+	var limit float64
+	synctest.Test(t, func(t *testing.T) {
+		l := limiter8(t)
+		l.sense.knee.forever = forever
+		conns := make(chan struct{}, 8)
+		while(l, 16, func(p Permit) {
+			conns <- struct{}{}
+			time.Sleep(10 * time.Millisecond)
+			<-conns
+			p.Record()
+		}, func() {
+			time.Sleep(5 * time.Second)
+			for range 6 {
+				conns <- struct{}{} // the incident takes 6 connections
+			}
+			time.Sleep(8 * time.Second)
+			for range 6 {
+				<-conns // and gives them back
+			}
+			time.Sleep(4 * time.Second)
+			limit = meanLimit(l, 3*time.Second, 100*time.Millisecond)
+		})
+	})
+	return limit
+}
+
+// A knee holds for a while, and then the limit probes its level again:
+// after an incident that left the upstream 2 of its 8 connections, the
+// limit finds the 8 again within seconds of their return, and not many
+// more. Negative control: a knee held for good keeps the limit near the
+// incident's 2.
+func TestLimiterFindsTheUpstreamRecovered(t *testing.T) {
+	probed, held := recoveredLimit(t, false), recoveredLimit(t, true)
+	t.Logf("mean limit 4-7 s after the upstream recovered: %.1f; knee held for good: %.1f", probed, held)
+	if probed < 6.5 || probed > 10 {
+		t.Errorf("mean limit %.1f after the upstream's 8 connections returned; want 6.5-10", probed)
+	}
+	if held >= 6.5 {
+		t.Errorf("with the knee held for good the mean limit is %.1f; the test above cannot fail", held)
 	}
 }

@@ -72,6 +72,7 @@ type queueSense struct {
 	n       int                          // calls in the current window
 	late    int                          // late calls in the current window
 	state   queueState
+	knee    kneeSense
 	// meanOnly, a test hook, judges windows by their mean alone, and the
 	// Limiter raises its ceiling by one per ceiling's worth of healthy
 	// calls: the rules before late calls, the negative control of their
@@ -79,11 +80,12 @@ type queueSense struct {
 	meanOnly bool
 }
 
-// record judges one call of class that took d, ending at now, and returns
-// the state, which changes once per window of calls. atMin says the limit
-// is as low as it goes: calls that still wait then are not waiting for
-// what we send, and the typical latencies follow them at full speed.
-func (q *queueSense) record(class int, d time.Duration, now time.Time, atMin bool) (state queueState, judged bool) {
+// record judges one call of class that started at level (calls in flight,
+// itself included) and took d, ending at now, and returns the state,
+// which changes once per window of calls. atMin says the limit is as low
+// as it goes: calls that still wait then are not waiting for what we
+// send, and the typical latencies follow them at full speed.
+func (q *queueSense) record(class, level int, d time.Duration, now time.Time, atMin bool) (state queueState, judged bool) {
 	class = min(max(class, 0), MaxLatencyClasses-1)
 	x := math.Log(max(d.Seconds(), 1e-6))
 	if q.seen[class] < senseWarm {
@@ -98,6 +100,7 @@ func (q *queueSense) record(class int, d time.Duration, now time.Time, atMin boo
 		return q.state, false
 	}
 	t, slow := q.typical[class], q.slow[class]
+	q.knee.record(level, x-t, now)
 	step := typicalDrift * min(now.Sub(q.last[class]).Seconds(), 1)
 	q.last[class] = now
 	if q.state == queueQueueing && !atMin {
