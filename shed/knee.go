@@ -51,7 +51,7 @@ const (
 	// kneeProbeSlow: while it probes the level of a knee that expired, the
 	// limit climbs this many times slower than it otherwise would, so that
 	// the calls above the knee are few before it is found again.
-	kneeProbeSlow = 4
+	kneeProbeSlow = 8
 )
 
 // kneeSense is what the calls at each level said. It is not safe for

@@ -226,7 +226,7 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 		if l.sense.meanOnly {
 			step = 1 / l.ceiling
 		}
-		if l.sense.knee.probing > 0 && !l.noKnee {
+		if l.sense.knee.probing > 0 && !l.noKnee && !l.noSense {
 			step /= kneeProbeSlow
 		}
 		if l.climb || l.noPress || l.noSense {
