@@ -69,8 +69,11 @@ func TestManyLightTenantsFindSeats(t *testing.T) {
 		if !manyLightOK(light) {
 			t.Errorf("light: %v; want every read served, none waiting over 5ms", light)
 		}
-		if heavy.served < 45 {
-			t.Errorf("heavy served %d; want the seats the light tenants leave (≥ 45)", heavy.served)
+		// The light tenants use 2.2 seats: U + 3√U leaves the heavy
+		// ones about one seat of 300 ms requests for 5 s, beside what
+		// the light ones do not hold of their headroom.
+		if heavy.served < 25 {
+			t.Errorf("heavy served %d; want the seats the light tenants leave (≥ 25)", heavy.served)
 		}
 	})
 }
