@@ -49,6 +49,10 @@ type Limiter struct {
 	// or not it was pressed: the negative control of the test that it
 	// does not.
 	noPress bool
+	// slowEverywhere, a test hook set before first use, climbs slowly
+	// below the level probed too: the negative control of the test that
+	// the limit climbs back at full speed below it.
+	slowEverywhere bool
 
 	notifyMu sync.Mutex
 	reported atomic.Int64 // the limit last given to onChange; written under notifyMu
@@ -226,7 +230,7 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 		if l.sense.meanOnly {
 			step = 1 / l.ceiling
 		}
-		if l.sense.knee.probing > 0 && !l.noKnee && !l.noSense {
+		if p := l.sense.knee.probing; p > 0 && (l.ceiling+step > float64(p-1) || l.slowEverywhere) && !l.noKnee && !l.noSense {
 			step /= kneeProbeSlow
 		}
 		if l.climb || l.noPress || l.noSense {

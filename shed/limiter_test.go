@@ -518,11 +518,63 @@ func recoveredLimit(t *testing.T, forever bool) float64 {
 // incident's 2.
 func TestLimiterFindsTheUpstreamRecovered(t *testing.T) {
 	probed, held := recoveredLimit(t, false), recoveredLimit(t, true)
-	t.Logf("mean limit 4-7 s after the upstream recovered: %.1f; knee held for good: %.1f", probed, held)
-	if probed < 6.5 || probed > 10 {
-		t.Errorf("mean limit %.1f after the upstream's 8 connections returned; want 6.5-10", probed)
+	withControl(t, "mean limit 4-7 s after the upstream's 8 connections returned", probed, held,
+		"6.5-10", func(x float64) bool { return x >= 6.5 && x <= 10 })
+}
+
+// cutLimit runs 12 closed-loop clients of 50 ms calls, against an upstream
+// that serves them all at once, with every tenth call taking 150 ms (over
+// MaxLatency's 100 ms) for the first 4 s, and returns the mean limit from
+// 4 s to 8 s after the slow calls stop. slow climbs slowly below the level
+// probed too (slowEverywhere).
+func cutLimit(t *testing.T, slow bool) float64 {
+	t.Helper()
+	var limit float64
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.slowEverywhere = slow
+		var n atomic.Int64
+		var slowCalls atomic.Bool
+		slowCalls.Store(true)
+		while(l, 12, func(p Permit) {
+			d := 50 * time.Millisecond
+			if slowCalls.Load() && n.Add(1)%10 == 0 {
+				d = 150 * time.Millisecond
+			}
+			time.Sleep(d)
+			p.Record()
+		}, func() {
+			time.Sleep(4 * time.Second)
+			slowCalls.Store(false)
+			time.Sleep(4 * time.Second)
+			limit = meanLimit(l, 4*time.Second, 100*time.Millisecond)
+		})
+	})
+	return limit
+}
+
+// Below the level it probes (one above its initial value, to start with),
+// the limit climbs back at full speed after slow calls cut it: only the
+// climb into the probed level is slow. Negative control: climbing slowly
+// everywhere, it is still far below its initial 8 seconds later.
+func TestLimiterClimbsBackBelowTheProbe(t *testing.T) {
+	full, slow := cutLimit(t, false), cutLimit(t, true)
+	withControl(t, "mean limit 4-8 s after the slow calls stopped", full, slow,
+		"≥ 7 (back to the initial 8)", func(x float64) bool { return x >= 7 })
+}
+
+// withControl checks that got is ok and that control, the negative
+// control's figure, is not.
+func withControl(t *testing.T, what string, got, control float64, want string, ok func(float64) bool) {
+	t.Helper()
+	t.Logf("%s: %.1f; negative control: %.1f", what, got, control)
+	if !ok(got) {
+		t.Errorf("%s: %.1f; want %s", what, got, want)
 	}
-	if held >= 6.5 {
-		t.Errorf("with the knee held for good the mean limit is %.1f; the test above cannot fail", held)
+	if ok(control) {
+		t.Errorf("%s: the negative control gives %.1f, also %s; the test cannot fail", what, control, want)
 	}
 }
