@@ -53,10 +53,8 @@ type Pools struct {
 	// any other: the negative control of the light tenants' borrowing
 	// test.
 	lightLimited bool
-	// anyLongest, a test hook set before first use, makes a full queue
-	// push out the newest request of whichever flow is longest, or none
-	// if its tenant is within its share, without looking for one above
-	// it among the flows as long: the negative control of that test.
+	// anyLongest, a test hook set before first use: a full queue looks at
+	// the last longest flow only (TestFullQueuePushesOutTheHeaviestOfTheLongest).
 	anyLongest bool
 	// noGlobalHeadroom, a test hook set before first use, leaves only
 	// each pool's own headroom (no globalKeepsLocked): the negative
