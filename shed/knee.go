@@ -143,6 +143,7 @@ func (k *kneeSense) find(upTo int, now time.Time) int {
 // clear says whether at least kneeWeight calls (decayed) started at level
 // and did not wait (kneeClear), judged at now.
 func (k *kneeSense) clear(level int, now time.Time) bool {
+	level = min(max(level, 1), maxKneeLevel)
 	if k.weight[level] < kneeWeight {
 		return false
 	}

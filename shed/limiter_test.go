@@ -578,3 +578,19 @@ func withControl(t *testing.T, what string, got, control float64, want string, o
 		t.Errorf("%s: the negative control gives %.1f, also %s; the test cannot fail", what, control, want)
 	}
 }
+
+// A limit that starts above the highest level the knee keeps probes that
+// level (calls started above it count at it), and does not index past it.
+func TestLimiterStartsAboveTheKneeLevels(t *testing.T) {
+	l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 2 * maxKneeLevel, Initial: maxKneeLevel + 10, MaxLatency: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 * senseWindow {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("TryAcquire refused under the limit")
+		}
+		p.Record()
+	}
+}
