@@ -36,7 +36,6 @@ type Limiter struct {
 	ceiling float64    // cap set by slow calls and queueing; guarded by mu
 	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
 	sense   queueSense // guarded by mu
-	kneeCap float64    // the level below the knee (kneeSense), or max; guarded by mu
 	climb   bool       // the window before the last was pressed; guarded by mu
 	// noSense, a test hook set before first use, ignores what the calls'
 	// latencies say of the upstream's queue: the gradient and the slow
@@ -82,7 +81,6 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 		min:        float64(cfg.Min),
 		max:        float64(cfg.Max),
 		ceiling:    float64(cfg.Initial),
-		kneeCap:    float64(cfg.Max),
 	}
 	for _, opt := range opts {
 		opt(l)
@@ -211,11 +209,8 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 	}
 	if judged && !l.noKnee {
 		// Below the knee, whatever the windows say (kneeSense).
-		l.kneeCap = l.max
-		if k := l.sense.knee.knee(int(l.ceiling)+1, now); k > 0 {
-			l.kneeCap = max(l.min, float64(k-1))
-		}
-		l.ceiling = min(l.ceiling, l.kneeCap)
+		l.sense.knee.knee(int(l.ceiling)+1, now)
+		l.ceiling = min(l.ceiling, l.kneeCapLocked())
 	}
 	inUse := 2*l.inflight.Load() >= int64(l.Limit())
 	switch {
@@ -234,10 +229,19 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 			step /= kneeProbeSlow
 		}
 		if l.climb || l.noPress || l.noSense {
-			l.ceiling = min(l.max, l.kneeCap, l.ceiling+step)
+			l.ceiling = min(l.max, l.kneeCapLocked(), l.ceiling+step)
 		}
 	}
 	l.ceilingInt.Store(int64(l.ceiling))
+}
+
+// kneeCapLocked is the highest ceiling below the knee, or Max without one
+// (or with noKnee, which never looks for one). l.mu must be held.
+func (l *Limiter) kneeCapLocked() float64 {
+	if k := l.sense.knee.last; k > 0 {
+		return max(l.min, float64(k-1))
+	}
+	return l.max
 }
 
 // cut lowers the ceiling below the current limit by cutFactor
