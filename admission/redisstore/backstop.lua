@@ -80,13 +80,12 @@ if now - levelAt >= every or now < levelAt or (tokens < cost and level < 0) then
   local all = redis.call('HGETALL', KEYS[1])
   local ds = {}
   local gone = {}
-  weights = 0
+  -- The caller counts even on its first call, before its field exists.
+  ds[1] = {demand, weight}
+  weights = weight
   for i = 1, #all, 2 do
     local f = all[i]
-    if f == field then
-      ds[#ds + 1] = {demand, weight}
-      weights = weights + weight
-    elseif string.sub(f, 1, 2) == 't:' then
+    if f ~= field and string.sub(f, 1, 2) == 't:' then
       local d, _, a, w = struct.unpack('<dddd', all[i + 1])
       d = decayed(d, a)
       if d < rate * 1e-6 then
