@@ -37,11 +37,6 @@ func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) erro
 		}
 		sp.s.SetAttributes(attrPool.String(pool), attrQueueWait.Float64(millis(waited)), attrBorrowed.Bool(err == nil && seat.Borrowed()))
 	}
-	if g.limiter != nil && (err != nil || seat.Waited() > 0) {
-		// The pools divide the adaptive limit: a request that waited
-		// for a seat (or got none) pressed it.
-		g.limiter.Press()
-	}
 	switch {
 	case err == nil:
 		d.lease.seat = seat

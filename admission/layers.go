@@ -9,7 +9,14 @@ import (
 // shedders from a config compile has checked.
 func (g *Gate) buildLayers(cfg Config) error {
 	if cfg.Bulkhead != nil {
-		pools, err := bulkhead.NewPools(*cfg.Bulkhead)
+		// The pools divide the adaptive limit: a request that finds
+		// every seat it may reach taken presses it (OnShort). g.limiter
+		// is built below, before any request.
+		pools, err := bulkhead.NewPools(*cfg.Bulkhead, bulkhead.OnShort(func() {
+			if g.limiter != nil {
+				g.limiter.Press()
+			}
+		}))
 		if err != nil {
 			return err
 		}

@@ -61,6 +61,8 @@ type Pools struct {
 	// control of the headroom over all pools.
 	noGlobalHeadroom bool
 
+	onShort func() // OnShort's; fixed at construction
+
 	// epoch is the origin of the monotonic instants (ns) the pools'
 	// usage averages are kept at.
 	epoch time.Time
@@ -185,7 +187,7 @@ type PoolStats struct {
 }
 
 // NewPools validates cfg and builds its pools.
-func NewPools(cfg Config) (*Pools, error) {
+func NewPools(cfg Config, opts ...Option) (*Pools, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -194,6 +196,9 @@ func NewPools(cfg Config) (*Pools, error) {
 		p := &pool{set: ps, name: name, cfg: pc, queue: NewFairQueue[*waiter](), users: map[string]*poolUser{}, level: math.Inf(1)}
 		ps.byName[name] = p
 		ps.order = append(ps.order, p)
+	}
+	for _, opt := range opts {
+		opt(ps)
 	}
 	slices.SortFunc(ps.order, func(a, b *pool) int {
 		if a.name < b.name {
@@ -307,46 +312,6 @@ func (ps *Pools) Stats(pool string) (PoolStats, bool) {
 	return st, true
 }
 
-// Request is what a pool needs to know of one request.
-type Request struct {
-	// Tenant is whose request it is: its use of the pool is what fair
-	// shares weigh, and its requests holding seats are what Cap bounds.
-	Tenant string
-	// Flow is the request's flow in the pool's fair queue (a tenant's
-	// requests of one criticality). Empty means Tenant.
-	Flow string
-	// Cost weighs the request in the fair queue; below 1 counts as 1.
-	Cost int
-	// Weight is the tenant's weight in the pool's fair shares. Zero
-	// means 1.
-	Weight float64
-	// Cap is the most requests of Tenant that may hold seats at once, in
-	// all pools: a queued request of a tenant at its cap waits, and the
-	// queue serves other flows meanwhile. Requests waiting in a queue do
-	// not count. Zero means no cap.
-	Cap int
-	// Priority orders a tenant's queued requests: of its flows, the one
-	// whose next request has the highest priority is served first (a
-	// tenant's critical reads before its own exports). Tenants are
-	// ordered by their use, not by priority.
-	Priority int
-	// Critical marks a request of the highest criticality: it may take a
-	// seat of the headroom that tenants above their fair shares leave
-	// for lighter ones (a critical read is short and must not fail
-	// because its tenant's exports are heavy).
-	Critical bool
-	// Arrived reports that the request's arrival was already counted in
-	// its tenant's use by [Pools.Arrive].
-	Arrived bool
-}
-
-func (r *Request) flow() string {
-	if r.Flow == "" {
-		return r.Tenant
-	}
-	return r.Flow
-}
-
 // Acquire takes a seat in the named pool for r. It takes a free seat at
 // once, its pool's own or one borrowed from an idle pool, when the queue is
 // empty and r's tenant is under its cap; otherwise it waits in the pool's
@@ -393,6 +358,7 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 		ps.mu.Unlock()
 		return Seat{}, ErrDraining
 	}
+	ps.shortLocked(p, &r)
 	if !ps.makeRoomLocked(p, &r, now) {
 		ps.mu.Unlock()
 		return Seat{}, ErrQueueFull

@@ -137,8 +137,8 @@ func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
 }
 
 // Press tells the limit that calls wanted more than it allows: a call
-// found it reached, or a request waited for a seat of the pools that
-// divide it. Only a limit pressed since the last window of calls rises:
+// found it reached, or a request found every seat it may reach of the
+// pools that divide it taken (bulkhead.OnShort). Only a limit pressed since the last window of calls rises:
 // one the calls do not reach would let the next surge build a queue in the
 // upstream for as long as it takes to come back down.
 func (l *Limiter) Press() {
@@ -193,8 +193,9 @@ func (l *Limiter) release(p *permit, learn bool) {
 // level of a knee that expired, it rises kneeProbeSlow times slower. It
 // rises only if it was pressed in the window before (Press): with pools,
 // the seats kept free as headroom keep the calls below the limit, and a
-// flood beside them would reach a limit raised meanwhile at once, building
-// a queue in the upstream until the knee was found. A limit nobody uses
+// flood waiting beside them (which does not press it) would reach a limit
+// raised meanwhile at once, building a queue in the upstream until the
+// knee was found. A limit nobody uses
 // does not climb either, and a wait we do not cause (a slow moment of a
 // lightly used upstream) cuts nothing.
 func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
