@@ -66,6 +66,10 @@ type kneeSense struct {
 	// forever, a test hook, holds a knee for good: the negative control of
 	// the test that the limit finds an upstream that recovered.
 	forever bool
+	// probeAlone, a test hook, judges a probe by the calls started at its
+	// level alone: the negative control of the test that it judges the
+	// levels above with it.
+	probeAlone bool
 	// probing is the knee that last expired, while the limit probes its
 	// level: until a knee is found again or the calls at its level are
 	// seen not to wait.
@@ -103,6 +107,12 @@ func (k *kneeSense) knee(upTo int, now time.Time) int {
 		k.probing, k.last = k.last, 0
 	}
 	found := k.find(upTo, now)
+	if p := k.probing; p > 0 && (found == 0 || found > p) && k.judge(p, upTo, now) > math.Log(kneeRatio) {
+		// The probe's calls, at its level and above, waited together
+		// before enough of them started at any one level: the knee is
+		// where it was (kneeSense.judge).
+		found = p
+	}
 	switch {
 	case k.last > 0 && (found == 0 || found > k.last):
 		// The knee holds, though the limit below it keeps its level's
@@ -117,7 +127,7 @@ func (k *kneeSense) knee(upTo int, now time.Time) int {
 		// The knee is where it was: hold it twice as long next time.
 		k.hold = min(2*max(k.hold, kneeHold), kneeHoldMax)
 		k.probing = 0
-	case found > 0 || k.clear(k.probing, now):
+	case found > 0 || k.judge(k.probing, upTo, now) <= math.Log(kneeClear):
 		// The upstream changed.
 		k.hold = kneeHold
 		k.probing = 0
@@ -140,14 +150,36 @@ func (k *kneeSense) find(upTo int, now time.Time) int {
 	return 0
 }
 
-// clear says whether at least kneeWeight calls (decayed) started at level
-// and did not wait (kneeClear), judged at now.
-func (k *kneeSense) clear(level int, now time.Time) bool {
-	level = min(max(level, 1), maxKneeLevel)
-	if k.weight[level] < kneeWeight {
-		return false
+// judge returns the mean log excess, at now, of the calls started at
+// levels from up to upTo together, or NaN (which compares false to
+// anything) while they are fewer than kneeWeight (decayed).
+//
+// A probe judges its level with the levels above it. The limit a probe
+// raises is rarely reached: the pools keep seats free as headroom, and
+// only a burst of the light tenants' requests beside the floods' takes
+// the calls in flight to the probed level. By the time kneeWeight calls
+// had started at that level alone, the limit had climbed two or three
+// above it, and the floods, given the seats it added, had the light
+// tenants' reads waiting behind their exports in the upstream's queue
+// (and, once the knee was found, in the pools while the seats above the
+// lowered limit drained). An upstream serving fewer calls than the
+// probed level delays those above it the more; one that recovered
+// delays none.
+func (k *kneeSense) judge(from, upTo int, now time.Time) float64 {
+	from = min(max(from, 1), maxKneeLevel)
+	var sum, w float64
+	if k.probeAlone {
+		upTo = from
 	}
-	d := k.decay(level, now)
-	w := k.weight[level] * d
-	return w >= kneeWeight && k.sum[level]*d/w <= math.Log(kneeClear)
+	for level := from; level <= min(max(upTo, from), maxKneeLevel); level++ {
+		if k.weight[level] == 0 {
+			continue
+		}
+		d := k.decay(level, now)
+		sum, w = sum+k.sum[level]*d, w+k.weight[level]*d
+	}
+	if w < kneeWeight {
+		return math.NaN()
+	}
+	return sum / w
 }
