@@ -60,6 +60,11 @@ type Pools struct {
 	// each pool's own headroom (no globalKeepsLocked): the negative
 	// control of the headroom over all pools.
 	noGlobalHeadroom bool
+	// fullQueueWaits, a test hook set before first use, takes a free seat
+	// at once only beside an empty queue: the negative control of the
+	// test that a light request is not refused by a full queue beside
+	// the headroom kept for it.
+	fullQueueWaits bool
 
 	onShort func() // OnShort's; fixed at construction
 
@@ -314,7 +319,7 @@ func (ps *Pools) Stats(pool string) (PoolStats, bool) {
 
 // Acquire takes a seat in the named pool for r. It takes a free seat at
 // once, its pool's own or one borrowed from an idle pool, when the queue is
-// empty and r's tenant is under its cap; otherwise it waits in the pool's
+// empty (or full) and r's tenant is under its cap; otherwise it waits in the pool's
 // queue, where flows are served by deficit round robin, until a seat is
 // handed to it, the pool's max_wait passes (ErrWaitTimeout) or ctx is done
 // (ctx.Err(); the request leaves the queue and never gets a seat). A full
@@ -345,7 +350,11 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 		u.arrivals.Add(ps.nanos(now), usageTau, 1)
 		u.memoOK = false
 	}
-	if p.queue.Len() == 0 && ps.underCapLocked(&r) {
+	if (p.queue.Len() == 0 || p.queue.Len() >= p.cfg.QueueLength && !ps.fullQueueWaits) && ps.underCapLocked(&r) {
+		// Nobody to wait behind; or no room to wait, and then a free
+		// seat r may take is one no queued request may (the dispatch
+		// hands those out at once: it is headroom kept for tenants as
+		// light as r), so r takes it rather than be refused.
 		if lender := ps.lenderForLocked(p, &r, now); lender != nil {
 			ps.useLocked(p, &r, +1)
 			ps.takeLocked(p, lender, r.Tenant, now)

@@ -353,10 +353,13 @@ func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
 // more at once (half a seat), and light a 10 ms read every 100 ms. p's
 // free seat is then headroom for light, which middle may not take; middle
 // borrows l's instead of waiting for a search to end. ownFirst makes it
-// wait for p's own seats.
+// wait for p's own seats, and a free seat be taken at once only beside an
+// empty queue (fullQueueWaits: otherwise middle, finding p's queue full of
+// requests waiting for p's own seats, takes l's at once, the mechanism by
+// another way).
 func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) {
 	ps := borrowerAndLender(t)
-	ps.ownFirst = ownFirst
+	ps.ownFirst, ps.fullQueueWaits = ownFirst, ownFirst
 	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 2500*time.Microsecond, 20*time.Millisecond)
 	for _, a := range lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond) {
 		a.flow = "middle"

@@ -1,6 +1,7 @@
 package bulkhead
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -62,4 +63,55 @@ func TestShortOnlyWhenNoSeatIsReachable(t *testing.T) {
 		held[2].Release()
 		checkDrained(t, ps)
 	})
+}
+
+// fullQueueSeat runs a light tenant's request into a pool whose one-place
+// queue holds a request of a heavier tenant, waiting beside the seat of
+// headroom kept for the light one; both tenants are within their shares
+// (their uses add up to fewer than the seats), so nothing may be pushed
+// out. It returns the light request's error. waits sets fullQueueWaits.
+func fullQueueSeat(t *testing.T, waits bool) error {
+	t.Helper()
+	var err error
+	synctest.Test(t, func(t *testing.T) {
+		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 1, MaxWait: time.Minute})
+		ps.fullQueueWaits = waits
+		ctx := t.Context()
+		s := (<-acquireReq(ctx, ps, "p", Request{Tenant: "light"})).seat
+		time.Sleep(10 * time.Millisecond)
+		s.Release()
+		var held []Seat
+		for range 3 {
+			held = append(held, (<-acquireReq(ctx, ps, "p", Request{Tenant: "loud"})).seat)
+		}
+		queued := acquireReq(ctx, ps, "p", Request{Tenant: "loud"})
+		r := <-acquireReq(ctx, ps, "p", Request{Tenant: "light"})
+		err = r.err
+		if err == nil {
+			held = append(held, r.seat)
+		}
+		for _, s := range held {
+			s.Release()
+		}
+		if q := <-queued; q.err == nil {
+			q.seat.Release()
+		}
+		checkDrained(t, ps)
+	})
+	return err
+}
+
+// A light tenant's request takes the free seat kept as its headroom even
+// when the queue beside it is full of heavier tenants' requests that may
+// not take it. At a flood's onset, its tenants still within their shares,
+// many-tenants' starter pool (a queue of 4) lost an innocent's request to
+// queue_full so, its seats free. Negative control: a free seat taken at
+// once only beside an empty queue.
+func TestFullQueueLeavesTheHeadroomToALightTenant(t *testing.T) {
+	if err := fullQueueSeat(t, false); err != nil {
+		t.Errorf("light request beside a full queue and a free seat of its headroom: %v; want the seat", err)
+	}
+	if err := fullQueueSeat(t, true); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("negative control: taking a seat at once only beside an empty queue gave %v, not ErrQueueFull: the test cannot fail", err)
+	}
 }
