@@ -1,11 +1,28 @@
 package bulkhead
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
 )
+
+// loudBesideLight plays, in pool p of 4 seats, a light tenant's request of
+// 10 ms and then four of a loud tenant, inside a synctest bubble: the light
+// tenant has used the pool a little, so the loud one keeps it a seat of
+// headroom, and its fourth request waits beside that seat. It returns the
+// loud tenant's three seats and its fourth request's result.
+func loudBesideLight(ctx context.Context, ps *Pools) ([]Seat, <-chan result) {
+	s := (<-acquireReq(ctx, ps, "p", Request{Tenant: "light"})).seat
+	time.Sleep(10 * time.Millisecond)
+	s.Release()
+	var held []Seat
+	for range 3 {
+		held = append(held, (<-acquireReq(ctx, ps, "p", Request{Tenant: "loud"})).seat)
+	}
+	return held, acquireReq(ctx, ps, "p", Request{Tenant: "loud"})
+}
 
 // A request is short (OnShort) when every seat it may reach is taken, not
 // when it waits beside a free seat kept as headroom for a lighter tenant,
@@ -20,16 +37,7 @@ func TestShortOnlyWhenNoSeatIsReachable(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := t.Context()
-		// The light tenant has used the pool a little: the loud one
-		// keeps it a seat of headroom.
-		s := (<-acquireReq(ctx, ps, "p", Request{Tenant: "light"})).seat
-		time.Sleep(10 * time.Millisecond)
-		s.Release()
-		var held []Seat
-		for range 3 {
-			held = append(held, (<-acquireReq(ctx, ps, "p", Request{Tenant: "loud"})).seat)
-		}
-		loud := acquireReq(ctx, ps, "p", Request{Tenant: "loud"})
+		held, loud := loudBesideLight(ctx, ps)
 		if st := stats(t, ps, "p"); st.InFlight != 3 || st.Queued != 1 {
 			t.Fatalf("loud's fourth request beside the light tenant's headroom: %+v; want it queued beside the free seat", st)
 		}
@@ -77,14 +85,7 @@ func fullQueueSeat(t *testing.T, waits bool) error {
 		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 1, MaxWait: time.Minute})
 		ps.fullQueueWaits = waits
 		ctx := t.Context()
-		s := (<-acquireReq(ctx, ps, "p", Request{Tenant: "light"})).seat
-		time.Sleep(10 * time.Millisecond)
-		s.Release()
-		var held []Seat
-		for range 3 {
-			held = append(held, (<-acquireReq(ctx, ps, "p", Request{Tenant: "loud"})).seat)
-		}
-		queued := acquireReq(ctx, ps, "p", Request{Tenant: "loud"})
+		held, queued := loudBesideLight(ctx, ps)
 		r := <-acquireReq(ctx, ps, "p", Request{Tenant: "light"})
 		err = r.err
 		if err == nil {
