@@ -58,6 +58,9 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	if u := p.users[r.Tenant]; u != nil {
 		ratio = notLightIfBusy(u, ratio, 0)
 	}
+	if !r.Critical {
+		ratio = ps.headroomRatio(ratio, r.Cost)
+	}
 	if ps.guaranteedLocked(p, ratio, t) {
 		return p
 	}

@@ -60,6 +60,10 @@ type Pools struct {
 	// each pool's own headroom (no globalKeepsLocked): the negative
 	// control of the headroom over all pools.
 	noGlobalHeadroom bool
+	// longLikeShort, a test hook set before first use, lets a light
+	// tenant's long request take the headroom like its short ones: the
+	// negative control of the test that it does not.
+	longLikeShort bool
 	// fullQueueWaits, a test hook set before first use, takes a free seat
 	// at once only beside an empty queue: the negative control of the
 	// test that a light request is not refused by a full queue beside
@@ -82,6 +86,11 @@ type Pools struct {
 	// executing counts each tenant's requests holding a seat, in all
 	// pools: what a tenant's concurrency cap (Request.Cap) limits.
 	executing map[string]int
+	// holds is each request cost's mean hold of a seat; shortestHold the
+	// least of them, shortestCost its cost (long.go).
+	holds        []costHold
+	shortestHold time.Duration
+	shortestCost int
 }
 
 // pool is one named pool. Its fields below cfg are guarded by Pools.mu.
@@ -121,6 +130,8 @@ type poolUser struct {
 	top      int
 	critical bool   // the request of priority top is critical
 	topFlow  string // the queue's flow whose next request it is
+	topCost  int    // that request's cost
+	longHeld int    // its long requests holding seats (long.go)
 	topReady bool   // that request may take a seat (its tenant under its cap)
 	granted  uint64 // Pools.grants when a request of it was last granted
 	// memo is its use at memoAt, while memoOK: a grant asks it of every
@@ -154,6 +165,8 @@ type waiter struct {
 type seatToken struct {
 	gen      uint64
 	acquired time.Time
+	cost     int  // the request's, whose hold it teaches
+	long     bool // counted in its tenant's longHeld
 }
 
 // Seat is a granted request's place in a pool. Release it exactly once when
@@ -358,7 +371,7 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 		if lender := ps.lenderForLocked(p, &r, now); lender != nil {
 			ps.useLocked(p, &r, +1)
 			ps.takeLocked(p, lender, r.Tenant, now)
-			s := ps.seatLocked(p, lender, r.Tenant, now, 0)
+			s := ps.seatLocked(p, lender, &r, now, 0)
 			ps.mu.Unlock()
 			return s, nil
 		}

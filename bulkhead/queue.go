@@ -150,7 +150,7 @@ func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
 			ps.releaseLocked(p, w.lender, w.req.Tenant)
 			return Seat{}, cerr
 		}
-		return ps.seatLocked(p, w.lender, w.req.Tenant, w.granted, w.granted.Sub(w.enqueued)), nil
+		return ps.seatLocked(p, w.lender, &w.req, w.granted, w.granted.Sub(w.enqueued)), nil
 	}
 	p.queue.Remove(w.handle)
 	ps.queued--
@@ -244,7 +244,7 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 		p.queue.PopFunc(func(w *waiter) bool { // looks at every flow's next request, pops none
 			u := p.users[w.req.Tenant]
 			if !u.queued || w.req.Priority > u.top {
-				u.top, u.critical, u.topFlow = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow())
+				u.top, u.critical, u.topFlow, u.topCost = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow()), w.req.Cost
 			}
 			if !u.queued {
 				u.queued, u.ratio = true, notLightIfBusy(u, useOf(u, t)/u.weight, 1)
@@ -253,6 +253,11 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 			}
 			return false
 		})
+		for _, u := range waiting {
+			if !u.critical {
+				u.ratio = ps.headroomRatio(u.ratio, u.topCost)
+			}
+		}
 		slices.SortFunc(waiting, func(a, b *poolUser) int {
 			aa, ba := a.ratio > p.level, b.ratio > p.level
 			switch {

@@ -4,7 +4,7 @@ import "time"
 
 // A granted seat and its release.
 
-func (ps *Pools) seatLocked(p, lender *pool, tenant string, acquired time.Time, waited time.Duration) Seat {
+func (ps *Pools) seatLocked(p, lender *pool, r *Request, acquired time.Time, waited time.Duration) Seat {
 	var tok *seatToken
 	if n := len(ps.free); n > 0 {
 		tok = ps.free[n-1]
@@ -12,8 +12,13 @@ func (ps *Pools) seatLocked(p, lender *pool, tenant string, acquired time.Time, 
 	} else {
 		tok = new(seatToken)
 	}
-	tok.acquired = acquired
-	return Seat{tok: tok, gen: tok.gen, pool: p, lender: lender, tenant: tenant, waited: waited}
+	tok.acquired, tok.cost, tok.long = acquired, r.Cost, false
+	if u := p.users[r.Tenant]; u != nil && ps.longLocked(r.Cost) {
+		tok.long = true
+		u.longHeld++
+		u.memoOK = false
+	}
+	return Seat{tok: tok, gen: tok.gen, pool: p, lender: lender, tenant: r.Tenant, waited: waited}
 }
 
 // Release gives the seat back, handing it to the next queued request. Only
@@ -34,6 +39,11 @@ func (s Seat) Release() {
 		s.pool.meanHold = max(hold, 1)
 	} else {
 		s.pool.meanHold += (hold - s.pool.meanHold) / 8
+	}
+	ps.learnHoldLocked(s.tok.cost, now.Sub(s.tok.acquired))
+	if u := s.pool.users[s.tenant]; u != nil && s.tok.long {
+		u.longHeld--
+		u.memoOK = false
 	}
 	if len(ps.free) < maxFreeTokens {
 		ps.free = append(ps.free, s.tok)

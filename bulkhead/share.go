@@ -349,6 +349,11 @@ func useOf(u *poolUser, now int64) float64 {
 	} else {
 		v = max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, v)
 	}
+	if u.longHeld > 0 {
+		// A long request holding a seat is no light use, whatever the
+		// averages say yet (long.go).
+		v = max(v, heavyUse*u.weight)
+	}
 	u.memo, u.memoAt, u.memoOK = v, now, true
 	return v
 }

@@ -1,0 +1,95 @@
+package bulkhead
+
+import (
+	"slices"
+	"time"
+)
+
+// Long requests and the headroom.
+//
+// The headroom is kept for the short requests of lighter tenants: a 5 ms
+// read must not wait for a 300 ms export to end. A light tenant's long
+// request taking a seat of it would be just that export: a tenant seen for
+// the first time is the lightest of all, and at a flood's onset the floods'
+// first exports, each its tenant's only request so far, took the seats
+// kept for everyone else's reads for as long as an export takes. So a
+// request whose cost holds a seat longLike times as long as the shortest
+// cost's counts, for the headroom, as a tenant using heavyUse at least: it
+// keeps the seats the tenants lighter than that need; and a tenant holding
+// a long request's seat uses heavyUse at least, whatever its averages say
+// yet, so its seat is not counted as headroom the lighter tenants hold.
+//
+// The pools learn each cost's mean hold as seats are released. Until a
+// cost's is known, it is taken to be the shortest cost's scaled by the two
+// costs (a route's cost is its price, which an operator sets by what it
+// takes): at a cold start the first exports are those of the floods.
+
+// longLike: a request is long when its cost's mean hold is at least this
+// many times the shortest cost's.
+const longLike = 8
+
+// maxCosts bounds the costs whose hold the pools learn; the costs are the
+// routes' prices, a handful in any config.
+const maxCosts = 64
+
+// costHold is one cost's mean hold. A few costs are searched faster in a
+// slice than in a map, on every acquire and release.
+type costHold struct {
+	cost int
+	hold time.Duration
+}
+
+// holdOf returns cost's mean hold, if learnt. ps.mu must be held.
+func (ps *Pools) holdOf(cost int) (time.Duration, bool) {
+	for _, h := range ps.holds {
+		if h.cost == cost {
+			return h.hold, true
+		}
+	}
+	return 0, false
+}
+
+// learnHoldLocked teaches cost's mean hold a seat held for hold. ps.mu must
+// be held.
+func (ps *Pools) learnHoldLocked(cost int, hold time.Duration) {
+	cost = max(cost, 1)
+	i := slices.IndexFunc(ps.holds, func(h costHold) bool { return h.cost == cost })
+	switch {
+	case i >= 0:
+		ps.holds[i].hold += (hold - ps.holds[i].hold) / 8
+	case len(ps.holds) < maxCosts:
+		ps.holds = append(ps.holds, costHold{cost, max(hold, 1)})
+	default:
+		return
+	}
+	ps.shortestHold, ps.shortestCost = ps.holds[0].hold, ps.holds[0].cost
+	for _, h := range ps.holds[1:] {
+		if h.hold < ps.shortestHold {
+			ps.shortestHold, ps.shortestCost = h.hold, h.cost
+		}
+	}
+}
+
+// longLocked reports whether a request of cost holds a seat longLike times
+// as long as the shortest cost's. ps.mu must be held.
+func (ps *Pools) longLocked(cost int) bool {
+	if ps.longLikeShort || ps.shortestCost == 0 {
+		return false
+	}
+	cost = max(cost, 1)
+	h, ok := ps.holdOf(cost)
+	if !ok {
+		h = ps.shortestHold * time.Duration(cost) / time.Duration(ps.shortestCost)
+	}
+	return h >= longLike*ps.shortestHold
+}
+
+// headroomRatio is ratio, the use for its weight of the tenant of a
+// non-critical request of cost, or heavyUse if that is more and the
+// request is long. ps.mu must be held.
+func (ps *Pools) headroomRatio(ratio float64, cost int) float64 {
+	if ps.longLocked(cost) {
+		return max(ratio, heavyUse)
+	}
+	return ratio
+}

@@ -1,0 +1,57 @@
+package bulkhead
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// onsetRead plays, in one pool of 2 seats, a light tenant's 10 ms read
+// (cost 1); then two tenants never seen before each send an export (cost
+// 10, its hold not learnt yet: taken as ten reads'), and the light tenant
+// a read. It returns how long the read waited, or -1 if it is still
+// waiting after 100 ms. short sets longLikeShort.
+func onsetRead(t *testing.T, short bool) time.Duration {
+	t.Helper()
+	waited := time.Duration(-1)
+	synctest.Test(t, func(t *testing.T) {
+		ps := onePool(t, 2, PoolConfig{Share: 1, QueueLength: 8, MaxWait: time.Minute})
+		ps.longLikeShort = short
+		ctx := t.Context()
+		s := (<-acquireReq(ctx, ps, "p", Request{Tenant: "light", Cost: 1})).seat
+		time.Sleep(10 * time.Millisecond)
+		s.Release()
+		exports := []<-chan result{
+			acquireReq(ctx, ps, "p", Request{Tenant: "new-1", Cost: 10}),
+			acquireReq(ctx, ps, "p", Request{Tenant: "new-2", Cost: 10}),
+		}
+		read := acquireReq(ctx, ps, "p", Request{Tenant: "light", Cost: 1})
+		select {
+		case r := <-read:
+			waited = r.seat.Waited()
+			r.seat.Release()
+		case <-time.After(100 * time.Millisecond):
+			defer func() { (<-read).seat.Release() }()
+		}
+		for _, ch := range exports {
+			defer func() { (<-ch).seat.Release() }()
+		}
+	})
+	return waited
+}
+
+// The headroom is for short requests: a tenant seen for the first time is
+// the lightest of all, but its first request, if long, does not take the
+// seat kept for the lighter tenants' reads, nor does the seat it holds
+// count as theirs. At a flood's onset in many-tenants the floods' first
+// exports took those seats, and the innocents' reads waited for exports
+// to end. Negative control: long requests taking the headroom like short
+// ones; the read waits.
+func TestLongRequestLeavesTheHeadroom(t *testing.T) {
+	if w := onsetRead(t, false); w != 0 {
+		t.Errorf("a light tenant's read beside two newcomers' exports waited %v; want a free seat at once", w)
+	}
+	if w := onsetRead(t, true); w == 0 {
+		t.Errorf("negative control: with long requests taking the headroom, the read found a seat at once: the test cannot fail")
+	}
+}
