@@ -39,21 +39,17 @@ type costHold struct {
 	hold time.Duration
 }
 
-// holdOf returns cost's mean hold, if learnt. ps.mu must be held.
-func (ps *Pools) holdOf(cost int) (time.Duration, bool) {
-	for _, h := range ps.holds {
-		if h.cost == cost {
-			return h.hold, true
-		}
-	}
-	return 0, false
+// holdIndex returns the index of cost's mean hold in ps.holds, or -1 if it
+// is not learnt. ps.mu must be held.
+func (ps *Pools) holdIndex(cost int) int {
+	return slices.IndexFunc(ps.holds, func(h costHold) bool { return h.cost == cost })
 }
 
 // learnHoldLocked teaches cost's mean hold a seat held for hold. ps.mu must
 // be held.
 func (ps *Pools) learnHoldLocked(cost int, hold time.Duration) {
 	cost = max(cost, 1)
-	i := slices.IndexFunc(ps.holds, func(h costHold) bool { return h.cost == cost })
+	i := ps.holdIndex(cost)
 	switch {
 	case i >= 0:
 		ps.holds[i].hold += (hold - ps.holds[i].hold) / 8
@@ -77,9 +73,9 @@ func (ps *Pools) longLocked(cost int) bool {
 		return false
 	}
 	cost = max(cost, 1)
-	h, ok := ps.holdOf(cost)
-	if !ok {
-		h = ps.shortestHold * time.Duration(cost) / time.Duration(ps.shortestCost)
+	h := ps.shortestHold * time.Duration(cost) / time.Duration(ps.shortestCost)
+	if i := ps.holdIndex(cost); i >= 0 {
+		h = ps.holds[i].hold
 	}
 	return h >= longLike*ps.shortestHold
 }

@@ -332,12 +332,12 @@ func (ps *Pools) Stats(pool string) (PoolStats, bool) {
 
 // Acquire takes a seat in the named pool for r. It takes a free seat at
 // once, its pool's own or one borrowed from an idle pool, when the queue is
-// empty (or full) and r's tenant is under its cap; otherwise it waits in the pool's
-// queue, where flows are served by deficit round robin, until a seat is
-// handed to it, the pool's max_wait passes (ErrWaitTimeout) or ctx is done
-// (ctx.Err(); the request leaves the queue and never gets a seat). A full
-// queue fails at once with ErrQueueFull, unless the request's flow has
-// fewer requests queued than the longest flow, whose newest request it
+// empty (or full) and r's tenant is under its cap; otherwise it waits in
+// the pool's queue, where flows are served by deficit round robin, until a
+// seat is handed to it, the pool's max_wait passes (ErrWaitTimeout) or ctx
+// is done (ctx.Err(); the request leaves the queue and never gets a seat).
+// A full queue fails at once with ErrQueueFull, unless the request's flow
+// has fewer requests queued than the longest flow, whose newest request it
 // then pushes out (that one fails with ErrQueueFull): one flow cannot fill
 // the queue against the others.
 //
