@@ -21,14 +21,27 @@ func (ps *Pools) lightLocked(ratio float64) bool {
 	return ratio >= 0 && ratio < lightUse && !ps.lightLimited
 }
 
+// lightAtOnce is the most requests a light tenant has in a pool at once
+// (holding seats or queued): more is no light use, whatever its average
+// says. Two, not one: a tenant sending a few short requests a second at
+// random has two in the pool now and then (a 20 ms read at 1 a second:
+// one read in fifty finds the one before it still there), and that
+// second read is no flood; three at once is a coincidence a hundred times
+// rarer still.
+const lightAtOnce = 2
+
 // notLightIfBusy returns ratio, the use for its weight of u's tenant, or
-// lightUse if that is more and the tenant has more than mine of its
-// requests in the pool (holding seats or queued): a tenant with another
-// request in the pool is not light, whatever its average says. At a
-// flood's start, before its average has caught up, a tenant then takes
-// one seat as a light tenant, not every seat it can borrow.
-func notLightIfBusy(u *poolUser, ratio float64, mine int) float64 {
-	if u.present > mine {
+// lightUse if that is more and the tenant has more than lightAtOnce
+// requests in the pool with this one, of which mine are already counted
+// in u.present. At a flood's start, before its average has caught up, a
+// tenant then takes lightAtOnce seats as a light tenant, not every seat it
+// can borrow.
+func (ps *Pools) notLightIfBusy(u *poolUser, ratio float64, mine int) float64 {
+	most := lightAtOnce
+	if ps.oneAtOnce {
+		most = 1
+	}
+	if u.present-mine+1 > most {
 		return max(ratio, lightUse)
 	}
 	return ratio
@@ -56,7 +69,7 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	ps.shareLevelLocked(p, t)
 	ratio := ps.ratioLocked(p, r.Tenant, t)
 	if u := p.users[r.Tenant]; u != nil {
-		ratio = notLightIfBusy(u, ratio, 0)
+		ratio = ps.notLightIfBusy(u, ratio, 0)
 	}
 	if !r.Critical {
 		ratio = ps.headroomRatio(ratio, r.Cost)

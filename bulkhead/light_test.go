@@ -96,3 +96,63 @@ func TestManyLightTenantsWaitWithoutEither(t *testing.T) {
 		})
 	}
 }
+
+// secondReadBorrows is pool a (2 seats, may borrow 1) beside an idle pool
+// b (4 seats, lends 2). heavy holds one of a's seats all the time (a 90 ms
+// request every 100 ms); ten light tenants read 5 ms every 500 ms. Ten
+// times a second from 1 s, light-k reads, light-k+1 reads a microsecond
+// later and light-k once more: the first read takes a's free seat, the
+// second borrows b's, and light-k's second read — its tenant now has two
+// in the pool — must borrow past a's limit as a light tenant's does.
+// oneAtOnce is the control: a tenant with another request in the pool is
+// not light. It returns the light tenants' report.
+func secondReadBorrows(t *testing.T, oneAtOnce bool) flowReport {
+	ps := newPools(t, 6, map[string]PoolConfig{
+		"a": {Share: 1, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 20, MaxWait: time.Second},
+		"b": {Share: 2, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 20, MaxWait: time.Second},
+	})
+	ps.oneAtOnce = oneAtOnce
+	const until = 3 * time.Second
+	arrivals := openLoop("a", "heavy", 0, until, 100*time.Millisecond, 90*time.Millisecond)
+	for k := range 10 {
+		from := time.Duration(40+47*k) * time.Millisecond // clear of the pairs below
+		arrivals = append(arrivals, openLoop("a", fmt.Sprintf("light-%d", k), from, until, 500*time.Millisecond, 5*time.Millisecond)...)
+	}
+	for i, at := 0, time.Second+5*time.Millisecond; at < until; i, at = i+1, at+100*time.Millisecond {
+		x, y := fmt.Sprintf("light-%d", i%10), fmt.Sprintf("light-%d", (i+1)%10)
+		arrivals = append(arrivals,
+			arrival{at: at, pool: "a", flow: x, service: 5 * time.Millisecond},
+			arrival{at: at + time.Microsecond, pool: "a", flow: y, service: 5 * time.Millisecond},
+			arrival{at: at + 2*time.Microsecond, pool: "a", flow: x, service: 5 * time.Millisecond})
+	}
+	reports, _ := play(t, ps, arrivals)
+	var light flowReport
+	for flow, r := range reports {
+		if strings.HasPrefix(flow, "light-") {
+			light.sent += r.sent
+			light.served += r.served
+			light.totalWait += r.totalWait
+			light.maxWait = max(light.maxWait, r.maxWait)
+		}
+	}
+	return light
+}
+
+// A light tenant's second request at once is still a light tenant's: it
+// borrows rather than wait for its first to end.
+func TestLightTenantsSecondRequestBorrows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		light := secondReadBorrows(t, false)
+		t.Logf("light: %v", light)
+		if light.completion() != 1 || light.maxWait > 0 {
+			t.Errorf("light: %v; want every read served at once", light)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		light := secondReadBorrows(t, true)
+		t.Logf("light, one at once: %v", light)
+		if light.maxWait == 0 {
+			t.Errorf("light, one at once: %v; the test above cannot fail", light)
+		}
+	})
+}

@@ -53,6 +53,10 @@ type Pools struct {
 	// any other: the negative control of the light tenants' borrowing
 	// test.
 	lightLimited bool
+	// oneAtOnce, a test hook set before first use, makes a tenant with
+	// another request in the pool no light tenant: the negative control
+	// of the test that a light tenant's second request borrows.
+	oneAtOnce bool
 	// anyLongest, a test hook set before first use: a full queue looks at
 	// the last longest flow only (TestFullQueuePushesOutTheHeaviestOfTheLongest).
 	anyLongest bool

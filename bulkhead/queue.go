@@ -247,7 +247,7 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 				u.top, u.critical, u.topFlow, u.topCost = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow()), w.req.Cost
 			}
 			if !u.queued {
-				u.queued, u.ratio = true, notLightIfBusy(u, useOf(u, t)/u.weight, 1)
+				u.queued, u.ratio = true, ps.notLightIfBusy(u, useOf(u, t)/u.weight, 1)
 				u.topReady = ps.readyLocked(w)
 				waiting = append(waiting, u)
 			}
