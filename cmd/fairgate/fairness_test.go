@@ -126,9 +126,11 @@ func okShare(c map[int]int) float64 {
 // (the backstop squeeze), and a silver tenant flooding its pool inside its
 // rate quota beside a quiet one (the same-tier flood). The light and quiet
 // tenants keep ≥ 99%; the heavy ones are refused by the layer in question,
-// so the check is not vacuous. (The negative controls, with the unfair
-// backstop and share-blind shedding, are the deterministic tests in
-// admission and internal/fairshare.)
+// so the check is not vacuous. Each has its negative control: the light
+// traffic sent with the heavy tenant's key, which no layer can then tell
+// from the flood, loses requests. (Those with the unfair backstop and
+// share-blind shedding are the deterministic tests in admission and
+// internal/fairshare.)
 func TestServeFairSharedLayers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-time open-loop traffic")
@@ -162,22 +164,35 @@ func TestServeFairSharedLayers(t *testing.T) {
 		// the silver pool's 2 seats), inside its 2000 tokens/s; quiet: 10/s.
 		{"same-tier", "/v2/search", "/v2/search", "loud", "quiet", 100 * time.Millisecond},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var heavy, light map[int]int
+		play := func(lightKey string) (heavy, light map[int]int) {
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				heavy = openLoop(ctx, client, base+tc.heavyPath, tc.heavy+"-key", 4*time.Millisecond, 4*time.Second)
 			})
 			wg.Go(func() {
-				light = openLoop(ctx, client, base+tc.lightPath, tc.light+"-key", tc.lightEvery, 4*time.Second)
+				light = openLoop(ctx, client, base+tc.lightPath, lightKey, tc.lightEvery, 4*time.Second)
 			})
 			wg.Wait()
+			return heavy, light
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			heavy, light := play(tc.light + "-key")
 			t.Logf("%s %v, %s %v", tc.heavy, heavy, tc.light, light)
 			if okShare(light) < 0.99 {
 				t.Errorf("%s tenant within its share: %.1f%% served (%v), want ≥ 99%%", tc.light, 100*okShare(light), light)
 			}
 			if heavy[503] == 0 {
 				t.Errorf("%s tenant was never refused: %v", tc.heavy, heavy)
+			}
+		})
+		// The negative control: the light traffic sent with the heavy
+		// tenant's key, so that no layer can tell it from the flood,
+		// loses requests like the flood's own.
+		t.Run(tc.name+" control", func(t *testing.T) {
+			_, light := play(tc.heavy + "-key")
+			t.Logf("%s's light traffic %v", tc.heavy, light)
+			if okShare(light) >= 0.99 {
+				t.Errorf("light traffic of the heavy tenant: %.1f%% served (%v); the test above cannot fail", 100*okShare(light), light)
 			}
 		})
 	}
