@@ -26,8 +26,8 @@ func (ps *Pools) lightLocked(ratio float64) bool {
 // says. Two, not one: a tenant sending a few short requests a second at
 // random has two in the pool now and then (a 20 ms read at 1 a second:
 // one read in fifty finds the one before it still there), and that
-// second read is no flood; three at once is a coincidence a hundred times
-// rarer still.
+// second read is no flood; three at once is rarer by about as much again
+// (for a use of U seats, about U/3 as often as two).
 const lightAtOnce = 2
 
 // notLightIfBusy returns ratio, the use for its weight of u's tenant, or
