@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
@@ -73,43 +72,6 @@ type Options struct {
 	// OnBreakerChange, if set, is called when the breaker changes state
 	// (for a gauge).
 	OnBreakerChange func(from, to BreakerState)
-}
-
-// BreakerState is the circuit breaker's state.
-type BreakerState uint8
-
-const (
-	// BreakerClosed: Redis is asked.
-	BreakerClosed BreakerState = iota
-	// BreakerHalfOpen: one probe is asked; other takes use the policy.
-	BreakerHalfOpen
-	// BreakerOpen: Redis is not asked; every take uses the policy.
-	BreakerOpen
-)
-
-// String returns a metric label for s.
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerHalfOpen:
-		return "half_open"
-	case BreakerOpen:
-		return "open"
-	default:
-		return fmt.Sprintf("BreakerState(%d)", uint8(s))
-	}
-}
-
-func breakerState(s gobreaker.State) BreakerState {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return BreakerHalfOpen
-	case gobreaker.StateOpen:
-		return BreakerOpen
-	default:
-		return BreakerClosed
-	}
 }
 
 // New returns a Store deciding on client (which the caller keeps and
