@@ -18,7 +18,7 @@ import (
 type answerText struct {
 	vals [10]string
 	nv   int
-	buf  [192]byte
+	buf  [224]byte // the RateLimit fields, the request ID, Retry-After, Content-Type, Cache-Control
 	nb   int
 }
 

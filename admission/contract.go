@@ -63,24 +63,38 @@ var rejectBuffers = sync.Pool{New: func() any {
 	return &rejectBuffer{msg: make([]byte, 0, 256), body: make([]byte, 0, 512)}
 }}
 
-type rejectBuffer struct{ msg, body []byte }
+type rejectBuffer struct {
+	msg, body []byte
+	num       [20]byte // Retry-After's digits
+}
 
 // writeReason is the one place an answer of fairgate's own becomes a
-// response. The header values are kept in t (nil: allocated one by one),
-// the body is appended into a pooled buffer: a rejection allocates nothing
-// of its own but t.
+// net/http response. The header values are kept in t (nil: allocated one
+// by one), the body is appended into a pooled buffer: a rejection
+// allocates nothing of its own but t.
 func writeReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID string, m msgArgs, t *answerText) {
+	h := w.Header()
+	buf := rejectBuffers.Get().(*rejectBuffer)
+	status, body := buf.answer(r, retry, reqID, m, func(key string, v []byte) { t.set(h, key, v) })
+	w.WriteHeader(status)
+	w.Write(body)
+	rejectBuffers.Put(buf)
+}
+
+// answer renders the contract's answer for r into buf: it sets the
+// answer's header fields with set and returns the status and the JSON
+// body (in buf.body, valid until buf goes back to the pool). Every stack
+// fairgate answers on renders through it.
+func (buf *rejectBuffer) answer(r Reason, retry time.Duration, reqID string, m msgArgs, set func(key string, v []byte)) (int, []byte) {
 	row := r.row()
 	body := Rejection{Error: row.errWord, Layer: row.layer.String(), Reason: row.word, RequestID: reqID}
-	buf := rejectBuffers.Get().(*rejectBuffer)
 	msg := r.appendMessage(buf.msg[:0], m)
-	h := w.Header()
 	switch row.status {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
 		// The rest of the request may still be on the wire.
-		t.setString(h, "Connection", "close")
+		set("Connection", connClose)
 	case http.StatusUnauthorized:
-		t.setString(h, "Www-Authenticate", `Bearer realm="fairgate"`)
+		set("Www-Authenticate", bearerRealm)
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		body.RetryAfter = ceilSeconds(retry, 1)
 		msg = append(strconv.AppendInt(append(msg, " Retry after "...), body.RetryAfter, 10), "s."...)
@@ -90,8 +104,28 @@ func writeReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID str
 	body.Message = unsafe.String(unsafe.SliceData(msg), len(msg))
 	buf.body = appendRejection(buf.body[:0], &body)
 	buf.msg = msg
-	writeJSON(w, row.status, &body, buf.body, t)
+	setJSONHeaders(&body, buf.num[:0], set)
+	return row.status, buf.body
+}
+
+// The fixed header values of answers, as bytes for answer's setter.
+var (
+	connClose       = []byte("close")
+	bearerRealm     = []byte(`Bearer realm="fairgate"`)
+	applicationJSON = []byte("application/json")
+	noStore         = []byte("no-store")
+)
+
+// AppendAnswer is the contract's answer to d's rejection for an HTTP
+// stack other than net/http: it sets the answer's header fields (but the
+// RateLimit ones: SetRateLimitHeaders) with set and returns the status and
+// b with the JSON body appended.
+func AppendAnswer(b []byte, d *Decision, reqID string, set func(key string, v []byte)) (int, []byte) {
+	buf := rejectBuffers.Get().(*rejectBuffer)
+	status, body := buf.answer(d.Reason, d.RetryAfter, reqID, msgArgs{d.Tenant, d.Route, d.detail}, set)
+	b = append(b, body...)
 	rejectBuffers.Put(buf)
+	return status, b
 }
 
 // WriteError writes body as JSON with status, and Retry-After when
@@ -108,14 +142,21 @@ func WriteError(w http.ResponseWriter, status int, body *Rejection) {
 // writeJSON writes the headers of body and then js, its JSON.
 func writeJSON(w http.ResponseWriter, status int, body *Rejection, js []byte, t *answerText) {
 	h := w.Header()
-	if body.RetryAfter > 0 {
-		var arr [20]byte
-		t.set(h, "Retry-After", strconv.AppendInt(arr[:0], body.RetryAfter, 10))
-	}
-	t.setString(h, "Content-Type", "application/json")
-	t.setString(h, "Cache-Control", "no-store")
+	var num [20]byte
+	setJSONHeaders(body, num[:0], func(key string, v []byte) { t.set(h, key, v) })
 	w.WriteHeader(status)
 	w.Write(js)
+}
+
+// setJSONHeaders sets the header fields of an answer whose body is body:
+// Retry-After when it has one (its digits appended to num, which set may
+// keep no longer than the call), Content-Type, Cache-Control.
+func setJSONHeaders(body *Rejection, num []byte, set func(key string, v []byte)) {
+	if body.RetryAfter > 0 {
+		set("Retry-After", strconv.AppendInt(num, body.RetryAfter, 10))
+	}
+	set("Content-Type", applicationJSON)
+	set("Cache-Control", noStore)
 }
 
 // appendRejection appends r as encoding/json marshals it, and a newline.
