@@ -23,15 +23,17 @@ const (
 // trustedPriority returns the X-Fairgate-Priority of a request from a
 // network in trusted_priority_from, when it is a whole number in 0–499.
 func (g *Gate) trustedPriority(r *http.Request) (shed.Priority, bool) {
+	return g.trustedPriorityOf(r.Header.Get(HeaderPriority), r.RemoteAddr)
+}
+
+// trustedPriorityOf is trustedPriority for the header's value v of a
+// request from remoteAddr ("ip:port").
+func (g *Gate) trustedPriorityOf(v, remoteAddr string) (shed.Priority, bool) {
 	trusted := g.cfg.Load().trusted
-	if len(trusted) == 0 {
+	if len(trusted) == 0 || v == "" {
 		return 0, false
 	}
-	v := r.Header.Get(HeaderPriority)
-	if v == "" {
-		return 0, false
-	}
-	addr, err := netip.ParseAddr(clientIP(r.RemoteAddr))
+	addr, err := netip.ParseAddr(clientIP(remoteAddr))
 	if err != nil {
 		return 0, false
 	}
@@ -55,15 +57,22 @@ func (g *Gate) trustedPriority(r *http.Request) (shed.Priority, bool) {
 // POST export upstream).
 func stripClientHeaders(h http.Header) {
 	for k := range h {
-		// Compare with '_' read as '-': CGI-style upstreams (WSGI, Rack,
-		// PHP) map X_Tenant_Id and X-Tenant-Id to the same variable.
-		if hasPrefixFoldUnderscore(k, "X-Tenant-") || hasPrefixFoldUnderscore(k, "Ratelimit") ||
-			hasPrefixFoldUnderscore(k, "X-Ratelimit") || isFoldUnderscore(k, HeaderPriority) ||
-			isFoldUnderscore(k, "X-Http-Method-Override") || isFoldUnderscore(k, "X-Http-Method") ||
-			isFoldUnderscore(k, "X-Method-Override") {
+		if IsClientHeader(k) {
 			delete(h, k)
 		}
 	}
+}
+
+// IsClientHeader reports whether a request header named name is one the
+// pipeline deletes before it runs (stripClientHeaders): a tenant, quota,
+// priority or method-override header.
+func IsClientHeader(name string) bool {
+	// Compare with '_' read as '-': CGI-style upstreams (WSGI, Rack,
+	// PHP) map X_Tenant_Id and X-Tenant-Id to the same variable.
+	return hasPrefixFoldUnderscore(name, "X-Tenant-") || hasPrefixFoldUnderscore(name, "Ratelimit") ||
+		hasPrefixFoldUnderscore(name, "X-Ratelimit") || isFoldUnderscore(name, HeaderPriority) ||
+		isFoldUnderscore(name, "X-Http-Method-Override") || isFoldUnderscore(name, "X-Http-Method") ||
+		isFoldUnderscore(name, "X-Method-Override")
 }
 
 // isFoldUnderscore is a case-insensitive s == name in which '_' in s matches
@@ -119,10 +128,19 @@ func appendRequestID(b []byte) []byte {
 // hideCredential removes the credential that identified the request, so
 // the raw API key never reaches the upstream.
 func hideCredential(h http.Header, src tenant.KeySource) {
+	if k := credentialHeader(src); k != "" {
+		h.Del(k)
+	}
+}
+
+// credentialHeader is the header a key from src was presented in, "" for
+// none.
+func credentialHeader(src tenant.KeySource) string {
 	switch src {
 	case tenant.BearerKey:
-		h.Del("Authorization")
+		return "Authorization"
 	case tenant.HeaderKey:
-		h.Del("X-Api-Key")
+		return "X-Api-Key"
 	}
+	return ""
 }

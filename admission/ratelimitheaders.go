@@ -16,8 +16,15 @@ import (
 // state item, and the trio describes a bucket whose state is known, or is
 // left out. The values are kept in t (no allocation of their own).
 func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
-	var arr [128]byte
-	b := arr[:0]
+	buf := rejectBuffers.Get().(*rejectBuffer)
+	buf.msg = setRateLimitHeaders(d, buf.msg[:0], func(key string, v []byte) { t.set(h, key, v) })
+	rejectBuffers.Put(buf)
+}
+
+// setRateLimitHeaders sets d's RateLimit fields (writeRateLimitHeaders)
+// with set, a value valid only during its call, each rendered in b (set's
+// argument escapes, so the caller lends a buffer); it returns b.
+func setRateLimitHeaders(d *Decision, b []byte, set func(key string, v []byte)) []byte {
 	for i := range d.NQuotas {
 		q := &d.Quotas[i]
 		if q.Name == "" {
@@ -29,18 +36,20 @@ func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
 		b = AppendPolicy(b, q)
 	}
 	if len(b) == 0 {
-		return
+		return b
 	}
-	t.set(h, "Ratelimit-Policy", b)
+	set("Ratelimit-Policy", b)
 	low := d.tightest()
 	if low < 0 {
-		return
+		return b
 	}
 	q := &d.Quotas[low]
-	t.set(h, "Ratelimit", AppendState(b[:0], q))
-	t.set(h, "Ratelimit-Limit", strconv.AppendInt(b[:0], int64(q.Limit), 10))
-	t.set(h, "Ratelimit-Remaining", strconv.AppendInt(b[:0], int64(q.Remaining), 10))
-	t.set(h, "Ratelimit-Reset", strconv.AppendInt(b[:0], ceilSeconds(q.Reset, 0), 10))
+	set("Ratelimit", AppendState(b[:0], q))
+	set("Ratelimit-Limit", strconv.AppendInt(b[:0], int64(q.Limit), 10))
+	set("Ratelimit-Remaining", strconv.AppendInt(b[:0], int64(q.Remaining), 10))
+	b = strconv.AppendInt(b[:0], ceilSeconds(q.Reset, 0), 10)
+	set("Ratelimit-Reset", b)
+	return b
 }
 
 // AppendPolicy appends q as an item of the RateLimit-Policy field:

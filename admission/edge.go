@@ -1,0 +1,70 @@
+package admission
+
+import (
+	"context"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Exchange is one request and its answer as an HTTP stack other than
+// net/http hands them to the pipeline (the gateway's fasthttp edge): Admit
+// reads and changes the request's header fields and sets the answer's
+// through it. Values passed to it are valid only during the call.
+type Exchange interface {
+	// RequestHeader returns the request's value of the header key
+	// (canonical), "" when it has none.
+	RequestHeader(key string) string
+	// StripRequestHeaders deletes the request's header fields whose
+	// names strip reports true for.
+	StripRequestHeaders(strip func(name string) bool)
+	// DelRequestHeader and SetRequestHeader change the request the
+	// upstream is sent.
+	DelRequestHeader(key string)
+	SetRequestHeader(key, value string)
+	// SetAnswerHeader sets a header field of the response.
+	SetAnswerHeader(key string, v []byte)
+	// Answer writes the response's status and body: a rejection's.
+	Answer(status int, body []byte)
+}
+
+// Admit is what the middleware does, for an HTTP stack other than net/http:
+// it reads a trusted caller's priority, strips the headers a client may
+// not set, decides req, records and logs the decision, and sets the
+// answer's RateLimit fields on x. A rejection is written to x in full. An
+// admitted request's X-Tenant-Id and X-Tenant-Tier are set on x's request,
+// and its credential removed when the config hides credentials; the caller
+// then drives the decision's lease (StartUpstream, Answered, Release).
+// reqID is the request's X-Request-Id, already on the answer. The error is
+// ctx's, when the client went away while the pipeline decided.
+func (g *Gate) Admit(ctx context.Context, req Request, x Exchange, reqID string) (Decision, error) {
+	req.Priority, req.HasPriority = g.trustedPriorityOf(x.RequestHeader(HeaderPriority), req.RemoteAddr)
+	x.StripRequestHeaders(IsClientHeader)
+	d, err := g.check(ctx, req)
+	if err != nil {
+		return d, err
+	}
+	g.record(ctx, &d, reqID)
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		d.Annotate(sp)
+	}
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		g.logDecision(ctx, &d, reqID)
+	}
+	buf := rejectBuffers.Get().(*rejectBuffer)
+	defer rejectBuffers.Put(buf)
+	set := func(key string, v []byte) { x.SetAnswerHeader(key, v) }
+	buf.msg = setRateLimitHeaders(&d, buf.msg[:0], set)
+	if !d.Allowed {
+		x.Answer(buf.answer(d.Reason, d.RetryAfter, reqID, msgArgs{d.Tenant, d.Route, d.detail}, set))
+		return d, nil
+	}
+	if k := credentialHeader(d.credential); k != "" && g.cfg.Load().hideCredentials {
+		x.DelRequestHeader(k)
+	}
+	if d.Tenant != nil { // nil on an auth: none route
+		x.SetRequestHeader(HeaderTenantID, d.Tenant.ID)
+		x.SetRequestHeader(HeaderTenantTier, d.Tenant.Tier)
+	}
+	return d, nil
+}
