@@ -112,6 +112,9 @@ func NewRequestID() string {
 	return string(appendRequestID(b[:0]))
 }
 
+// AppendRequestID appends a new request ID to b.
+func AppendRequestID(b []byte) []byte { return appendRequestID(b) }
+
 // appendRequestID appends a new request ID to b.
 func appendRequestID(b []byte) []byte {
 	const hexd = "0123456789abcdef"

@@ -104,7 +104,17 @@ type ServerConfig struct {
 	// 16 MiB. Set it (to ~90% of the container's memory) when a large
 	// embedded store or a high GCPercent could outgrow the container.
 	MemoryLimit int64 `yaml:"memory_limit"`
+	// Engine is the HTTP stack of the public listener: "net/http" (the
+	// default) or "fasthttp" (EngineFast), which costs a third of the CPU
+	// per request. The admin listener is net/http either way.
+	Engine string `yaml:"engine"`
 }
+
+// The HTTP stacks the public listener may run on (ServerConfig.Engine).
+const (
+	EngineNetHTTP = "net/http"
+	EngineFast    = "fasthttp"
+)
 
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
@@ -165,6 +175,9 @@ func (c *Config) validate(needUpstream bool) error {
 	}
 	if s.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("server.max_header_bytes: must be >= 0 (0 means 32 KiB)"))
+	}
+	if s.Engine != "" && s.Engine != EngineNetHTTP && s.Engine != EngineFast {
+		errs = append(errs, fmt.Errorf("server.engine: %q is not net/http or fasthttp", s.Engine))
 	}
 	if s.MaxBodyBytes < 0 {
 		errs = append(errs, errors.New("server.max_body_bytes: must be >= 0 (0 means 10 MiB)"))

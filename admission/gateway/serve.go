@@ -68,12 +68,22 @@ type Shutdown struct {
 // and those in flight get up to sh.Drain to finish.
 func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdown) error {
 	pub, adm := s.HTTPServers()
+	// The public listener's stack: net/http's server, or fasthttp's
+	// (server.engine), closed and shut down the same way.
+	closePub, shutdownPub := pub.Close, pub.Shutdown
+	serve := func() error { return pub.Serve(ln) }
+	if s.cfg.Load().Server.Engine == EngineFast {
+		fs := newFastEdge(s, *s.cfg.Load()).server()
+		closePub = func() error { return fs.Shutdown() }
+		shutdownPub = fs.ShutdownWithContext
+		serve = func() error { return fs.Serve(ln) }
+	}
 	errc := make(chan error, 2)
-	go func() { errc <- pub.Serve(ln) }()
+	go func() { errc <- serve() }()
 	go func() { errc <- adm.Serve(adminLn) }()
 	select {
 	case err := <-errc:
-		pub.Close()
+		closePub()
 		adm.Close()
 		return err
 	case <-ctx.Done():
@@ -86,7 +96,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 		case <-t.C:
 		case err := <-errc:
 			t.Stop()
-			pub.Close()
+			closePub()
 			adm.Close()
 			return err
 		}
@@ -97,7 +107,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), sh.Drain)
 	defer cancel()
-	err := pub.Shutdown(sctx)
+	err := shutdownPub(sctx)
 	adm.Shutdown(sctx) // after the public listener: /readyz answers "not ready" while it drains
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

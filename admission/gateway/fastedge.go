@@ -1,0 +1,373 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fairgate/fairgate/admission"
+)
+
+// The fasthttp edge (server.engine: fasthttp): the public listener on
+// fasthttp's server and the upstream on its HostClient, both calling the
+// same admission.Gate as the net/http edge, through admission.Gate.Admit.
+// A request goes through what the net/http edge does to it, in the same
+// order: its request ID; no protocol upgrade; hop-by-hop fields removed
+// (before the pipeline sets X-Tenant-Id, so "Connection: X-Tenant-Id"
+// cannot take it off); the pipeline; X-Forwarded-* from what fairgate saw;
+// the upstream call under the lease; the upstream's RateLimit fields
+// renamed.
+//
+// Not yet as the net/http edge: tracing spans and the access log; the
+// upstream's response is buffered (bounded by maxResponseBytes), not
+// streamed; a client that goes away is noticed while the request waits for
+// a seat (watchGone) but not during the upstream call, which runs to its
+// timeout.
+
+// maxResponseBytes bounds an upstream response the fasthttp edge buffers.
+const maxResponseBytes = 64 << 20
+
+// fastEdge serves the gateway on fasthttp.
+type fastEdge struct {
+	s         *Server
+	hc        *fasthttp.HostClient
+	host      string // the upstream's host[:port]
+	exchanges sync.Pool
+}
+
+func newFastEdge(s *Server, cfg Config) *fastEdge {
+	target, _ := url.Parse(cfg.Upstream) // checked by Validate
+	e := &fastEdge{s: s, host: target.Host}
+	e.hc = &fasthttp.HostClient{
+		Addr:                          target.Host,
+		IsTLS:                         target.Scheme == "https",
+		MaxConns:                      1024,
+		ReadTimeout:                   cfg.Server.UpstreamTimeout,
+		WriteTimeout:                  cfg.Server.UpstreamTimeout,
+		MaxResponseBodySize:           maxResponseBytes,
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		Dial: func(addr string) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, 2*time.Second)
+		},
+	}
+	e.exchanges.New = func() any { return &fastExchange{creds: make(http.Header, 2)} }
+	return e
+}
+
+// server returns the fasthttp.Server for the public listener, with the
+// config's limits.
+func (e *fastEdge) server() *fasthttp.Server {
+	c := e.s.cfg.Load().Server
+	return &fasthttp.Server{
+		Handler:               e.serve,
+		ErrorHandler:          e.malformed,
+		ReadTimeout:           c.ReadTimeout,
+		IdleTimeout:           c.IdleTimeout,
+		WriteTimeout:          c.WriteIdleTimeout,
+		ReadBufferSize:        c.MaxHeaderBytes,
+		MaxRequestBodySize:    int(min(c.MaxBodyBytes, 1<<31-1)),
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		// fasthttp's own logger writes a malformed request's whole head,
+		// its Authorization field included.
+		Logger: quietLogger{},
+	}
+}
+
+// quietLogger drops fasthttp's logs: what matters of them is answered by
+// malformed, and they carry requests' credentials.
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// malformed answers a request fasthttp could not read as net/http's server
+// does: 431 for a head over max_header_bytes, 501 for a transfer coding it
+// does not know, else 400, in plain text; and a body over max_body_bytes
+// gets the contract's 413, as on the net/http edge. The connection is
+// closed after it.
+func (e *fastEdge) malformed(rc *fasthttp.RequestCtx, err error) {
+	rc.SetConnectionClose()
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		var idb [16]byte
+		id := string(admission.AppendRequestID(idb[:0]))
+		fw := fastAnswer{rc: rc}
+		fw.Header()[admission.HeaderRequestID] = []string{id}
+		admission.WriteReason(&fw, admission.ReasonBodyTooLarge, 0, id, "")
+		return
+	}
+	status := http.StatusBadRequest
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "small read buffer"):
+		status = http.StatusRequestHeaderFieldsTooLarge
+	case strings.Contains(msg, "unsupported transfer-encoding"):
+		status = http.StatusNotImplemented
+	}
+	rc.Response.Header.SetContentType("text/plain; charset=utf-8")
+	rc.SetStatusCode(status)
+	rc.SetBodyString(strconv.Itoa(status) + " " + http.StatusText(status))
+}
+
+// serve is the fasthttp edge's handler.
+func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
+	x := e.exchanges.Get().(*fastExchange)
+	defer e.exchanges.Put(x)
+	x.reset(rc)
+	var idb [16]byte
+	id := admission.AppendRequestID(idb[:0])
+	rc.Response.Header.SetBytesV(admission.HeaderRequestID, id)
+	reqID := string(id)
+	h := &rc.Request.Header
+	// No protocol upgrades (WebSocket, h2c), as on the net/http edge.
+	h.Del("Upgrade")
+	h.Del("Http2-Settings")
+	removeHopByHop(h)
+	if v := h.Peek("Authorization"); len(v) > 0 {
+		x.creds["Authorization"] = []string{string(v)}
+	}
+	if v := h.PeekBytes([]byte("X-Api-Key")); v != nil {
+		x.creds["X-Api-Key"] = []string{string(v)}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := admission.Request{Method: methodOf(rc.Method()), Path: string(rc.Path()), Header: x.creds,
+		RemoteAddr: rc.RemoteAddr().String(), ReadBody: x.watch(ctx, cancel)}
+	if raw := rc.URI().PathOriginal(); bytes.IndexByte(raw, '%') >= 0 {
+		req.RawPath = string(raw)
+	}
+	d, err := e.s.gate.Admit(ctx, req, x, reqID)
+	x.stopWatch()
+	if err != nil {
+		rc.SetStatusCode(admission.StatusClientClosedRequest)
+		rc.SetConnectionClose()
+		return
+	}
+	if !d.Allowed {
+		return
+	}
+	lease := d.Lease()
+	defer lease.Release()
+	if !lease.StartUpstream(ctx) {
+		fw := fastAnswer{rc: rc}
+		admission.WriteReason(&fw, admission.ReasonLimitReached, time.Second, reqID, "")
+		return
+	}
+	h.Set(admission.HeaderRequestID, reqID)
+	h.Set("X-Forwarded-For", clientIP(rc))
+	h.SetBytesV("X-Forwarded-Host", rc.Host())
+	h.Set("X-Forwarded-Proto", "http")
+	h.Del("Forwarded")
+	h.Del("X-Real-Ip")
+	h.Del("Baggage")
+	// A client never chooses the upstream's trace parent (injectTrace).
+	h.Del("Traceparent")
+	h.Del("Tracestate")
+	rc.Request.SetHost(e.host)
+	resp := &rc.Response
+	if err := e.hc.Do(&rc.Request, resp); err != nil {
+		lease.Release() // not a healthy call: the limit learns nothing from it
+		fw := fastAnswer{rc: rc}
+		resp.Reset()
+		resp.Header.Set(admission.HeaderRequestID, reqID)
+		if errors.Is(err, fasthttp.ErrTimeout) {
+			e.s.log.Warn("upstream timeout", "request_id", reqID, "err", err)
+			admission.WriteReason(&fw, admission.ReasonUpstreamTimeout, 0, reqID, "")
+		} else {
+			e.s.log.Warn("upstream error", "request_id", reqID, "err", err)
+			admission.WriteReason(&fw, admission.ReasonUpstreamUnreachable, 0, reqID, "")
+		}
+		return
+	}
+	lease.Answered()
+	resp.Header.Del("Connection")
+	resp.Header.Del("Keep-Alive")
+	renameFastRateLimit(&resp.Header)
+	// The upstream's answer replaced the response: the answer's own fields
+	// go back on it.
+	resp.Header.Set(admission.HeaderRequestID, reqID)
+	x.replay(resp)
+}
+
+// clientIP is the peer's address without its port.
+func clientIP(rc *fasthttp.RequestCtx) string {
+	if a, ok := rc.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	host, _, _ := net.SplitHostPort(rc.RemoteAddr().String())
+	return host
+}
+
+// methodOf returns m as a string, without allocating for the common
+// methods.
+func methodOf(m []byte) string {
+	switch string(m) {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodDelete:
+		return http.MethodDelete
+	}
+	return string(m)
+}
+
+// hopByHop are the header fields that concern one connection only (RFC
+// 9110 §7.6.1), never forwarded.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopByHop deletes h's hop-by-hop fields and those its Connection
+// field names.
+func removeHopByHop(h *fasthttp.RequestHeader) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for _, f := range strings.Split(string(c), ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+}
+
+// renameFastRateLimit is renameUpstreamRateLimit for fasthttp's response
+// header.
+func renameFastRateLimit(h *fasthttp.ResponseHeader) {
+	var renamed []string
+	for k, v := range h.All() {
+		ks := string(k)
+		if hasPrefixFold(ks, "Ratelimit") || hasPrefixFold(ks, "X-Ratelimit") {
+			renamed = append(renamed, ks, "Upstream-"+strings.TrimPrefix(http.CanonicalHeaderKey(ks), "X-"), string(v))
+		}
+	}
+	for i := 0; i < len(renamed); i += 3 {
+		h.Del(renamed[i])
+	}
+	for i := 0; i < len(renamed); i += 3 {
+		h.Add(renamed[i+1], renamed[i+2])
+	}
+}
+
+// fastExchange is one request on the fasthttp edge as admission.Exchange.
+type fastExchange struct {
+	rc    *fasthttp.RequestCtx
+	creds http.Header // the credential fields, for the pipeline
+	// answer is the RateLimit fields the pipeline set, kept to set again
+	// once the upstream's answer has replaced the response.
+	answer [][2][]byte
+	n      int
+	// the disconnect watch (watchGone)
+	stop func()
+}
+
+func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
+	x.rc = rc
+	clear(x.creds)
+	x.n = 0
+	x.stop = nil
+}
+
+func (x *fastExchange) RequestHeader(key string) string {
+	return string(x.rc.Request.Header.Peek(key))
+}
+
+func (x *fastExchange) StripRequestHeaders(strip func(name string) bool) {
+	var del []string
+	for k := range x.rc.Request.Header.All() {
+		if strip(string(k)) {
+			del = append(del, string(k))
+		}
+	}
+	for _, k := range del {
+		x.rc.Request.Header.Del(k)
+	}
+}
+
+func (x *fastExchange) DelRequestHeader(key string)        { x.rc.Request.Header.Del(key) }
+func (x *fastExchange) SetRequestHeader(key, value string) { x.rc.Request.Header.Set(key, value) }
+
+func (x *fastExchange) SetAnswerHeader(key string, v []byte) {
+	x.rc.Response.Header.SetBytesV(key, v)
+	if x.n == len(x.answer) {
+		x.answer = append(x.answer, [2][]byte{})
+	}
+	x.answer[x.n][0] = append(x.answer[x.n][0][:0], key...)
+	x.answer[x.n][1] = append(x.answer[x.n][1][:0], v...)
+	x.n++
+}
+
+func (x *fastExchange) Answer(status int, body []byte) {
+	x.rc.SetStatusCode(status)
+	x.rc.SetBody(body)
+	if status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge {
+		x.rc.SetConnectionClose()
+	}
+}
+
+// replay sets the answer's fields again on resp, the upstream's response.
+func (x *fastExchange) replay(resp *fasthttp.Response) {
+	for _, kv := range x.answer[:x.n] {
+		resp.Header.SetCanonical(kv[0], kv[1])
+	}
+}
+
+// watch returns the pipeline's ReadBody for the request: fasthttp has read
+// the body already, so it only starts watching for the client to go away
+// while the request waits for a seat (watchGone), cancelling ctx then.
+func (x *fastExchange) watch(ctx context.Context, cancel context.CancelFunc) func() error {
+	return func() error {
+		x.stop = watchGone(x.rc.Conn(), cancel)
+		return nil
+	}
+}
+
+func (x *fastExchange) stopWatch() {
+	if x.stop != nil {
+		x.stop()
+		x.stop = nil
+	}
+}
+
+// fastAnswer is an http.ResponseWriter over a fasthttp response, for the
+// contract's answers outside a decision (admission.WriteReason).
+type fastAnswer struct {
+	rc  *fasthttp.RequestCtx
+	hdr http.Header
+}
+
+func (w *fastAnswer) Header() http.Header {
+	if w.hdr == nil {
+		w.hdr = make(http.Header, 4)
+	}
+	return w.hdr
+}
+
+func (w *fastAnswer) WriteHeader(status int) {
+	for k, v := range w.hdr {
+		for _, s := range v {
+			w.rc.Response.Header.Set(k, s)
+		}
+	}
+	w.rc.SetStatusCode(status)
+}
+
+func (w *fastAnswer) Write(b []byte) (int, error) {
+	w.rc.Response.AppendBody(b)
+	return len(b), nil
+}
