@@ -30,7 +30,7 @@ import (
 // API; it runs once a round, not once per connection count.
 // fairgate-gc100 is fairgate with the collector at Go's default target
 // (server.gc_percent 100) instead of fairgate's (DefaultGCPercent).
-var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429",
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-fasthttp", "fairgate-fasthttp-429",
 	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "nginx-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
@@ -125,7 +125,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		if servers[name] == nil {
 			var c *child
 			switch name {
-			case "reverseproxy", "fairgate", "fairgate-gc100":
+			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-fasthttp":
 				c, err = startChild(ctx, o.Binary, name, up.url)
 			case "nginx", "haproxy":
 				if _, lerr := exec.LookPath(name); lerr != nil {

@@ -131,6 +131,31 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		// The http.Server that serve runs (timeouts, ConnContext).
 		h, closeFn = gw.Handler(), gw.Close
 		srv, _ = gw.HTTPServers()
+	case "fairgate-fasthttp":
+		// The gateway as fairgate serve runs it, on the fasthttp engine.
+		cfg, err := throughputConfig(upstream)
+		if err != nil {
+			return err
+		}
+		cfg.Server.Engine = gateway.EngineFast
+		gw, err := gateway.New(cfg, gateway.Options{})
+		if err != nil {
+			return err
+		}
+		gateway.ApplyGC(gw.Config().Server, os.Getenv)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		aln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, ln.Addr())
+		if err := gw.Serve(ctx, ln, aln, gateway.Shutdown{}); err != nil {
+			return err
+		}
+		return gw.Close()
 	default:
 		return fmt.Errorf("bench: unknown server mode %q", mode)
 	}
