@@ -70,9 +70,14 @@ func newFastEdge(s *Server, cfg Config) *fastEdge {
 func (e *fastEdge) server() *fasthttp.Server {
 	c := e.s.cfg.Load().Server
 	return &fasthttp.Server{
-		Handler:               e.serve,
-		ErrorHandler:          e.malformed,
-		ReadTimeout:           c.ReadTimeout,
+		Handler:      e.serve,
+		ErrorHandler: e.malformed,
+		// The head must arrive within read_header_timeout (slowloris);
+		// once it has, the body gets what is left of read_timeout.
+		ReadTimeout: min(c.ReadHeaderTimeout, c.ReadTimeout),
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: max(c.ReadTimeout-c.ReadHeaderTimeout, time.Millisecond)}
+		},
 		IdleTimeout:           c.IdleTimeout,
 		WriteTimeout:          c.WriteIdleTimeout,
 		ReadBufferSize:        c.MaxHeaderBytes,
