@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 )
@@ -103,9 +102,6 @@ func TestConsoleAPI(t *testing.T) {
 		t.Errorf("latest rejection = %v, want initech's %s by rate with a trace ID", last, reqID)
 	}
 
-	if os.Getenv("FAIRGATE_TEST_ENGINE") == EngineFast {
-		t.Skip("the fasthttp edge has no spans yet")
-	}
 	for _, id := range []string{reqID, last["trace_id"].(string)} {
 		tr := getJSON(t, admin.URL+"/admin/traces/"+id)
 		if tr["rejected_by"] != "rate" || tr["request_id"] != reqID {

@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/admission"
 )
@@ -27,8 +30,7 @@ import (
 // the upstream call under the lease; the upstream's RateLimit fields
 // renamed.
 //
-// Not yet as the net/http edge: tracing spans and the access log; the
-// upstream's response is buffered (bounded by maxResponseBytes), not
+// Not yet as the net/http edge: the upstream's response is buffered (bounded by maxResponseBytes), not
 // streamed; a client that goes away is noticed while the request waits for
 // a seat (watchGone) but not during the upstream call, which runs to its
 // timeout.
@@ -131,7 +133,7 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	x.reset(rc)
 	var idb [16]byte
 	id := admission.AppendRequestID(idb[:0])
-	rc.Response.Header.SetBytesV(admission.HeaderRequestID, id)
+	x.SetAnswerHeader(admission.HeaderRequestID, id)
 	reqID := string(id)
 	h := &rc.Request.Header
 	// No protocol upgrades (WebSocket, h2c), as on the net/http edge.
@@ -146,6 +148,24 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The root span and the access log, as the net/http edge's hygiene.
+	var sp trace.Span
+	tel := e.s.tel
+	if tel.tracer != nil {
+		ctx, sp = tel.startRequestSpan(ctx, methodOf(rc.Method()), fastCarrier{h})
+		var tid [32]byte
+		tr := sp.SpanContext().TraceID()
+		x.SetAnswerHeader(HeaderTraceID, hex.AppendEncode(tid[:0], tr[:]))
+	}
+	if logged := e.s.log.Enabled(ctx, slog.LevelDebug); sp != nil || logged {
+		start := time.Now()
+		defer func() {
+			endRequest(sp, rc.Response.StatusCode(), reqID)
+			if logged {
+				e.s.logRequest(ctx, methodOf(rc.Method()), rc.Response.StatusCode(), reqID, start)
+			}
+		}()
+	}
 	req := admission.Request{Method: methodOf(rc.Method()), Path: string(rc.Path()), Header: x.creds,
 		RemoteAddr: rc.RemoteAddr().String(), ReadBody: x.watch(ctx, cancel)}
 	if raw := rc.URI().PathOriginal(); bytes.IndexByte(raw, '%') >= 0 {
@@ -180,11 +200,23 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	h.Del("Tracestate")
 	rc.Request.SetHost(e.host)
 	resp := &rc.Response
-	if err := e.hc.Do(&rc.Request, resp); err != nil {
+	uctx := ctx
+	if tel.tracer != nil {
+		var usp trace.Span
+		uctx, usp = tel.tracer.Start(ctx, admission.SpanUpstream, trace.WithSpanKind(trace.SpanKindClient))
+		defer usp.End()
+		tel.prop.Inject(uctx, fastCarrier{h})
+	}
+	err = e.hc.Do(&rc.Request, resp)
+	if err == nil && tel.tracer != nil {
+		upstreamStatus(uctx, resp.StatusCode())
+	}
+	if err != nil {
+		spanFailed(uctx, err)
 		lease.Release() // not a healthy call: the limit learns nothing from it
 		fw := fastAnswer{rc: rc}
 		resp.Reset()
-		resp.Header.Set(admission.HeaderRequestID, reqID)
+		x.replay(resp)
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			e.s.log.Warn("upstream timeout", "request_id", reqID, "err", err)
 			admission.WriteReason(&fw, admission.ReasonUpstreamTimeout, 0, reqID, "")
@@ -199,8 +231,7 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	resp.Header.Del("Keep-Alive")
 	renameFastRateLimit(&resp.Header)
 	// The upstream's answer replaced the response: the answer's own fields
-	// go back on it.
-	resp.Header.Set(admission.HeaderRequestID, reqID)
+	// (request and trace IDs, RateLimit) go back on it.
 	x.replay(resp)
 }
 
@@ -267,6 +298,19 @@ func renameFastRateLimit(h *fasthttp.ResponseHeader) {
 	for i := 0; i < len(renamed); i += 3 {
 		h.Add(renamed[i+1], renamed[i+2])
 	}
+}
+
+// fastCarrier is a fasthttp request's header as a propagation carrier.
+type fastCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c fastCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c fastCarrier) Set(key, v string)     { c.h.Set(key, v) }
+func (c fastCarrier) Keys() []string {
+	var keys []string
+	for k := range c.h.All() {
+		keys = append(keys, string(k))
+	}
+	return keys
 }
 
 // fastExchange is one request on the fasthttp edge as admission.Exchange.

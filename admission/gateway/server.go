@@ -324,7 +324,7 @@ func (s *Server) hygiene(next http.Handler) http.Handler {
 		defer func() {
 			endRequest(sp, sw.status, id)
 			if logged {
-				s.logRequest(r.Context(), r, sw.status, id, start)
+				s.logRequest(r.Context(), r.Method, sw.status, id, start)
 			}
 		}()
 		inner.ServeHTTP(sw, r)

@@ -364,14 +364,21 @@ func (t *telemetry) startRequest(w http.ResponseWriter, r *http.Request) (*http.
 	if t.tracer == nil {
 		return r, nil
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.request.method", r.Method))}
-	if remote := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.HeaderCarrier(r.Header))); remote.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
-	}
-	ctx, sp := t.tracer.Start(r.Context(), admission.SpanRequest, opts...)
+	ctx, sp := t.startRequestSpan(r.Context(), r.Method, propagation.HeaderCarrier(r.Header))
 	w.Header().Set(HeaderTraceID, sp.SpanContext().TraceID().String())
 	return r.WithContext(ctx), sp
+}
+
+// startRequestSpan starts the root span of a request whose method is method
+// and whose header fields h carries; a client's traceparent becomes a link.
+// t.tracer must not be nil.
+func (t *telemetry) startRequestSpan(ctx context.Context, method string, h propagation.TextMapCarrier) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", method))}
+	if remote := trace.SpanContextFromContext(t.prop.Extract(context.Background(), h)); remote.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
+	}
+	return t.tracer.Start(ctx, admission.SpanRequest, opts...)
 }
 
 // endRequest ends the root span with the response's status. A 5xx the
@@ -397,8 +404,8 @@ func hasError(sp trace.Span) bool {
 
 // logRequest writes the access-log line (debug level): request ID, method,
 // status and duration; the logger's handler adds the trace ID from ctx.
-func (s *Server) logRequest(ctx context.Context, r *http.Request, status int, reqID string, start time.Time) {
-	s.log.LogAttrs(ctx, slog.LevelDebug, "request", slog.String("request_id", reqID), slog.String("method", r.Method),
+func (s *Server) logRequest(ctx context.Context, method string, status int, reqID string, start time.Time) {
+	s.log.LogAttrs(ctx, slog.LevelDebug, "request", slog.String("request_id", reqID), slog.String("method", method),
 		slog.Int("status", status), slog.Duration("duration", time.Since(start)))
 }
 
@@ -430,20 +437,29 @@ func (t *telemetry) injectTrace(out *http.Request) {
 
 // upstreamAnswered records the upstream's status on the proxy.upstream span.
 func upstreamAnswered(resp *http.Response) error {
-	sp := trace.SpanFromContext(resp.Request.Context())
-	if !sp.IsRecording() {
-		return nil
-	}
-	sp.SetAttributes(admission.AttrStatusCode.Int(resp.StatusCode))
-	if resp.StatusCode >= 500 {
-		sp.SetStatus(codes.Error, "upstream HTTP "+strconv.Itoa(resp.StatusCode))
-	}
+	upstreamStatus(resp.Request.Context(), resp.StatusCode)
 	return nil
 }
 
+// upstreamStatus records the upstream's status on ctx's proxy.upstream
+// span, when it records.
+func upstreamStatus(ctx context.Context, status int) {
+	sp := trace.SpanFromContext(ctx)
+	if !sp.IsRecording() {
+		return
+	}
+	sp.SetAttributes(admission.AttrStatusCode.Int(status))
+	if status >= 500 {
+		sp.SetStatus(codes.Error, "upstream HTTP "+strconv.Itoa(status))
+	}
+}
+
 // upstreamFailed records a proxy error on the proxy.upstream span.
-func upstreamFailed(r *http.Request, err error) {
-	if sp := trace.SpanFromContext(r.Context()); sp.IsRecording() {
+func upstreamFailed(r *http.Request, err error) { spanFailed(r.Context(), err) }
+
+// spanFailed records err on ctx's span, when it records.
+func spanFailed(ctx context.Context, err error) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())
 	}
