@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,13 +31,10 @@ import (
 // the upstream call under the lease; the upstream's RateLimit fields
 // renamed.
 //
-// Not yet as the net/http edge: the upstream's response is buffered (bounded by maxResponseBytes), not
-// streamed; a client that goes away is noticed while the request waits for
-// a seat (watchGone) but not during the upstream call, which runs to its
-// timeout.
-
-// maxResponseBytes bounds an upstream response the fasthttp edge buffers.
-const maxResponseBytes = 64 << 20
+// Not yet as the net/http edge: a client that goes away is noticed while
+// its request waits for a seat (watchGone) and while its response streams,
+// but not while the upstream call waits for the upstream's headers, which
+// runs to its timeout.
 
 // fastEdge serves the gateway on fasthttp.
 type fastEdge struct {
@@ -55,7 +53,7 @@ func newFastEdge(s *Server, cfg Config) *fastEdge {
 		MaxConns:                      1024,
 		ReadTimeout:                   cfg.Server.UpstreamTimeout,
 		WriteTimeout:                  cfg.Server.UpstreamTimeout,
-		MaxResponseBodySize:           maxResponseBytes,
+		StreamResponseBody:            true,
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
@@ -182,7 +180,12 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		return
 	}
 	lease := d.Lease()
-	defer lease.Release()
+	keep := false // the response's body stream releases the lease
+	defer func() {
+		if !keep {
+			lease.Release()
+		}
+	}()
 	if !lease.StartUpstream(ctx) {
 		fw := fastAnswer{rc: rc}
 		admission.WriteReason(&fw, admission.ReasonLimitReached, time.Second, reqID, "")
@@ -199,7 +202,6 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	h.Del("Traceparent")
 	h.Del("Tracestate")
 	rc.Request.SetHost(e.host)
-	resp := &rc.Response
 	uctx := ctx
 	if tel.tracer != nil {
 		var usp trace.Span
@@ -207,16 +209,12 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		defer usp.End()
 		tel.prop.Inject(uctx, fastCarrier{h})
 	}
-	err = e.hc.Do(&rc.Request, resp)
-	if err == nil && tel.tracer != nil {
-		upstreamStatus(uctx, resp.StatusCode())
-	}
-	if err != nil {
+	up := fasthttp.AcquireResponse()
+	if err := e.hc.Do(&rc.Request, up); err != nil {
+		fasthttp.ReleaseResponse(up)
 		spanFailed(uctx, err)
 		lease.Release() // not a healthy call: the limit learns nothing from it
 		fw := fastAnswer{rc: rc}
-		resp.Reset()
-		x.replay(resp)
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			e.s.log.Warn("upstream timeout", "request_id", reqID, "err", err)
 			admission.WriteReason(&fw, admission.ReasonUpstreamTimeout, 0, reqID, "")
@@ -226,13 +224,55 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		}
 		return
 	}
+	upstreamStatus(uctx, up.StatusCode())
 	lease.Answered()
-	resp.Header.Del("Connection")
-	resp.Header.Del("Keep-Alive")
-	renameFastRateLimit(&resp.Header)
-	// The upstream's answer replaced the response: the answer's own fields
-	// (request and trace IDs, RateLimit) go back on it.
-	x.replay(resp)
+	up.Header.Del("Connection")
+	up.Header.Del("Keep-Alive")
+	renameFastRateLimit(&up.Header)
+	// The upstream's status and fields, then the answer's own again
+	// (request and trace IDs, RateLimit), which CopyTo replaced.
+	up.Header.CopyTo(&rc.Response.Header)
+	x.replay(&rc.Response)
+	stream := up.BodyStream()
+	if stream == nil {
+		rc.Response.SetBody(up.Body())
+		fasthttp.ReleaseResponse(up)
+		return
+	}
+	// The body streams to the client after serve returns: the request
+	// keeps its seat and slot until it has (upstreamBody.Close).
+	keep = true
+	rc.Response.SetBodyStream(&upstreamBody{r: stream, up: up, lease: lease, conn: rc.Conn(),
+		idle: e.s.cfg.Load().Server.WriteIdleTimeout}, up.Header.ContentLength())
+}
+
+// upstreamBody is an upstream response's body as the client's response
+// body stream. Each read means the client took what came before, so it
+// moves the write deadline (write_idle_timeout: a client that stops
+// reading is cut off, a long download that keeps moving is not). Close,
+// which fasthttp calls once the response is written or has failed, gives
+// back the upstream connection and the request's lease.
+type upstreamBody struct {
+	r     io.Reader
+	up    *fasthttp.Response
+	lease *admission.Lease
+	conn  net.Conn
+	idle  time.Duration
+	moved time.Time
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if now := time.Now(); b.idle > 0 && now.Sub(b.moved) > b.idle/16 {
+		b.conn.SetWriteDeadline(now.Add(b.idle))
+		b.moved = now
+	}
+	return b.r.Read(p)
+}
+
+func (b *upstreamBody) Close() error {
+	fasthttp.ReleaseResponse(b.up)
+	b.lease.Release()
+	return nil
 }
 
 // clientIP is the peer's address without its port.
