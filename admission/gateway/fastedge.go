@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -41,12 +42,13 @@ type fastEdge struct {
 	s         *Server
 	hc        *fasthttp.HostClient
 	host      string // the upstream's host[:port]
+	conns     *upstreamConns
 	exchanges sync.Pool
 }
 
 func newFastEdge(s *Server, cfg Config) *fastEdge {
 	target, _ := url.Parse(cfg.Upstream) // checked by Validate
-	e := &fastEdge{s: s, host: target.Host}
+	e := &fastEdge{s: s, host: target.Host, conns: newUpstreamConns()}
 	e.hc = &fasthttp.HostClient{
 		Addr:                          target.Host,
 		IsTLS:                         target.Scheme == "https",
@@ -58,7 +60,11 @@ func newFastEdge(s *Server, cfg Config) *fastEdge {
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		Dial: func(addr string) (net.Conn, error) {
-			return net.DialTimeout("tcp", addr, 2*time.Second)
+			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			return e.conns.wrap(c), nil
 		},
 	}
 	e.exchanges.New = func() any { return &fastExchange{creds: make(http.Header, 2)} }
@@ -170,7 +176,8 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		req.RawPath = string(raw)
 	}
 	d, err := e.s.gate.Admit(ctx, req, x, reqID)
-	x.stopWatch()
+	// The watch runs on through the upstream call (stopped there).
+	defer x.stopWatch()
 	if err != nil {
 		rc.SetStatusCode(admission.StatusClientClosedRequest)
 		rc.SetConnectionClose()
@@ -210,15 +217,25 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		tel.prop.Inject(uctx, fastCarrier{h})
 	}
 	up := fasthttp.AcquireResponse()
-	if err := e.hc.Do(&rc.Request, up); err != nil {
+	abort := func() { e.conns.abort(reqID) }
+	x.gone.Store(&abort)
+	err = e.hc.Do(&rc.Request, up)
+	x.stopWatch()
+	e.conns.done(reqID)
+	if err != nil {
 		fasthttp.ReleaseResponse(up)
 		spanFailed(uctx, err)
 		lease.Release() // not a healthy call: the limit learns nothing from it
 		fw := fastAnswer{rc: rc}
-		if errors.Is(err, fasthttp.ErrTimeout) {
+		switch {
+		case ctx.Err() != nil:
+			e.s.log.InfoContext(ctx, "client closed request", "request_id", reqID, "status", admission.StatusClientClosedRequest)
+			rc.SetStatusCode(admission.StatusClientClosedRequest)
+			rc.SetConnectionClose()
+		case errors.Is(err, fasthttp.ErrTimeout):
 			e.s.log.Warn("upstream timeout", "request_id", reqID, "err", err)
 			admission.WriteReason(&fw, admission.ReasonUpstreamTimeout, 0, reqID, "")
-		} else {
+		default:
 			e.s.log.Warn("upstream error", "request_id", reqID, "err", err)
 			admission.WriteReason(&fw, admission.ReasonUpstreamUnreachable, 0, reqID, "")
 		}
@@ -361,8 +378,10 @@ type fastExchange struct {
 	// once the upstream's answer has replaced the response.
 	answer [][2][]byte
 	n      int
-	// the disconnect watch (watchGone)
+	// the disconnect watch (watchGone), and what it does besides
+	// cancelling the request's context once the upstream call runs
 	stop func()
+	gone atomic.Pointer[func()]
 }
 
 func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
@@ -370,6 +389,7 @@ func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
 	clear(x.creds)
 	x.n = 0
 	x.stop = nil
+	x.gone.Store(nil)
 }
 
 func (x *fastExchange) RequestHeader(key string) string {
@@ -421,7 +441,12 @@ func (x *fastExchange) replay(resp *fasthttp.Response) {
 // while the request waits for a seat (watchGone), cancelling ctx then.
 func (x *fastExchange) watch(ctx context.Context, cancel context.CancelFunc) func() error {
 	return func() error {
-		x.stop = watchGone(x.rc.Conn(), cancel)
+		x.stop = watchGone(x.rc.Conn(), func() {
+			cancel()
+			if g := x.gone.Load(); g != nil {
+				(*g)()
+			}
+		})
 		return nil
 	}
 }
