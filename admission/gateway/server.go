@@ -283,7 +283,7 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 		changed bool
 	}{
 		{"listen", old.Listen != cfg.Listen}, {"admin_listen", old.AdminListen != cfg.AdminListen},
-		{"upstream", old.Upstream != cfg.Upstream}, {"server (timeouts, max_header_bytes)", oldSrv != newSrv},
+		{"upstream", old.Upstream != cfg.Upstream}, {"server (timeouts, max_header_bytes, engine)", oldSrv != newSrv},
 		{"redis", !reflect.DeepEqual(old.Redis, cfg.Redis)}, {"tracing", !reflect.DeepEqual(old.Tracing, cfg.Tracing)},
 		{"rls (the rule files themselves reload)", !reflect.DeepEqual(old.RLS, cfg.RLS)},
 	} {
