@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -33,7 +34,7 @@ import (
 // renamed.
 //
 // Not yet as the net/http edge: a client that goes away is noticed while
-// its request waits for a seat (watchGone) and while its response streams,
+// its request waits for a seat (goneWatcher) and while its response streams,
 // but not while the upstream call waits for the upstream's headers, which
 // runs to its timeout.
 
@@ -43,12 +44,17 @@ type fastEdge struct {
 	hc        *fasthttp.HostClient
 	host      string // the upstream's host[:port]
 	conns     *upstreamConns
+	watcher   *goneWatcher
 	exchanges sync.Pool
 }
 
-func newFastEdge(s *Server, cfg Config) *fastEdge {
+func newFastEdge(s *Server, cfg Config) (*fastEdge, error) {
 	target, _ := url.Parse(cfg.Upstream) // checked by Validate
-	e := &fastEdge{s: s, host: target.Host, conns: newUpstreamConns()}
+	watcher, err := newGoneWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: fasthttp engine: %w", err)
+	}
+	e := &fastEdge{s: s, host: target.Host, conns: newUpstreamConns(), watcher: watcher}
 	e.hc = &fasthttp.HostClient{
 		Addr:                          target.Host,
 		IsTLS:                         target.Scheme == "https",
@@ -67,9 +73,12 @@ func newFastEdge(s *Server, cfg Config) *fastEdge {
 			return e.conns.wrap(c), nil
 		},
 	}
-	e.exchanges.New = func() any { return &fastExchange{creds: make(http.Header, 2)} }
-	return e
+	e.exchanges.New = func() any { return &fastExchange{creds: make(http.Header, 2), watcher: watcher} }
+	return e, nil
 }
+
+// close stops what the edge runs besides its server.
+func (e *fastEdge) close() { e.watcher.close() }
 
 // server returns the fasthttp.Server for the public listener, with the
 // config's limits.
@@ -378,17 +387,20 @@ type fastExchange struct {
 	// once the upstream's answer has replaced the response.
 	answer [][2][]byte
 	n      int
-	// the disconnect watch (watchGone), and what it does besides
-	// cancelling the request's context once the upstream call runs
-	stop func()
-	gone atomic.Pointer[func()]
+	// the disconnect watch (goneWatcher): the watched connection's fd,
+	// and what it does besides cancelling the request's context once the
+	// upstream call runs
+	watcher  *goneWatcher
+	fd       int32
+	watching bool
+	gone     atomic.Pointer[func()]
 }
 
 func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
 	x.rc = rc
 	clear(x.creds)
 	x.n = 0
-	x.stop = nil
+	x.watching = false
 	x.gone.Store(nil)
 }
 
@@ -438,10 +450,11 @@ func (x *fastExchange) replay(resp *fasthttp.Response) {
 
 // watch returns the pipeline's ReadBody for the request: fasthttp has read
 // the body already, so it only starts watching for the client to go away
-// while the request waits for a seat (watchGone), cancelling ctx then.
+// (goneWatcher) while the request waits for a seat and, after, for the
+// upstream, cancelling ctx then.
 func (x *fastExchange) watch(ctx context.Context, cancel context.CancelFunc) func() error {
 	return func() error {
-		x.stop = watchGone(x.rc.Conn(), func() {
+		x.fd, x.watching = x.watcher.watch(x.rc.Conn(), func() {
 			cancel()
 			if g := x.gone.Load(); g != nil {
 				(*g)()
@@ -452,9 +465,9 @@ func (x *fastExchange) watch(ctx context.Context, cancel context.CancelFunc) fun
 }
 
 func (x *fastExchange) stopWatch() {
-	if x.stop != nil {
-		x.stop()
-		x.stop = nil
+	if x.watching {
+		x.watcher.unwatch(x.fd)
+		x.watching = false
 	}
 }
 

@@ -73,7 +73,12 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 	closePub, shutdownPub := pub.Close, pub.Shutdown
 	serve := func() error { return pub.Serve(ln) }
 	if s.cfg.Load().Server.Engine == EngineFast {
-		fs := newFastEdge(s, *s.cfg.Load()).server()
+		edge, err := newFastEdge(s, *s.cfg.Load())
+		if err != nil {
+			return err
+		}
+		defer edge.close()
+		fs := edge.server()
 		closePub = func() error { return fs.Shutdown() }
 		shutdownPub = fs.ShutdownWithContext
 		serve = func() error { return fs.Serve(ln) }
