@@ -1,0 +1,146 @@
+package gateway
+
+// One request on the fasthttp edge, as the pipeline (admission.Exchange),
+// the tracer (a propagation carrier) and the contract's writer
+// (http.ResponseWriter) see it.
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
+)
+
+// fastCarrier is a fasthttp request's header as a propagation carrier.
+type fastCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c fastCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c fastCarrier) Set(key, v string)     { c.h.Set(key, v) }
+func (c fastCarrier) Keys() []string {
+	var keys []string
+	for k := range c.h.All() {
+		keys = append(keys, string(k))
+	}
+	return keys
+}
+
+// fastExchange is one request on the fasthttp edge as admission.Exchange.
+type fastExchange struct {
+	rc    *fasthttp.RequestCtx
+	creds http.Header // the credential fields, for the pipeline
+	// answer is the RateLimit fields the pipeline set, kept to set again
+	// once the upstream's answer has replaced the response.
+	answer [][2][]byte
+	n      int
+	// the disconnect watch (goneWatcher): the watched connection's fd,
+	// and what it does besides cancelling the request's context once the
+	// upstream call runs
+	watcher  *goneWatcher
+	fd       int32
+	watching bool
+	gone     atomic.Pointer[func()]
+}
+
+func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
+	x.rc = rc
+	clear(x.creds)
+	x.n = 0
+	x.watching = false
+	x.gone.Store(nil)
+}
+
+func (x *fastExchange) RequestHeader(key string) string {
+	return string(x.rc.Request.Header.Peek(key))
+}
+
+func (x *fastExchange) StripRequestHeaders(strip func(name string) bool) {
+	var del []string
+	for k := range x.rc.Request.Header.All() {
+		if strip(string(k)) {
+			del = append(del, string(k))
+		}
+	}
+	for _, k := range del {
+		x.rc.Request.Header.Del(k)
+	}
+}
+
+func (x *fastExchange) DelRequestHeader(key string)        { x.rc.Request.Header.Del(key) }
+func (x *fastExchange) SetRequestHeader(key, value string) { x.rc.Request.Header.Set(key, value) }
+
+func (x *fastExchange) SetAnswerHeader(key string, v []byte) {
+	x.rc.Response.Header.SetBytesV(key, v)
+	if x.n == len(x.answer) {
+		x.answer = append(x.answer, [2][]byte{})
+	}
+	x.answer[x.n][0] = append(x.answer[x.n][0][:0], key...)
+	x.answer[x.n][1] = append(x.answer[x.n][1][:0], v...)
+	x.n++
+}
+
+func (x *fastExchange) Answer(status int, body []byte) {
+	x.rc.SetStatusCode(status)
+	x.rc.SetBody(body)
+	if status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge {
+		x.rc.SetConnectionClose()
+	}
+}
+
+// replay sets the answer's fields again on resp, the upstream's response.
+func (x *fastExchange) replay(resp *fasthttp.Response) {
+	for _, kv := range x.answer[:x.n] {
+		resp.Header.SetCanonical(kv[0], kv[1])
+	}
+}
+
+// watch returns the pipeline's ReadBody for the request: fasthttp has read
+// the body already, so it only starts watching for the client to go away
+// (goneWatcher) while the request waits for a seat and, after, for the
+// upstream, cancelling ctx then.
+func (x *fastExchange) watch(ctx context.Context, cancel context.CancelFunc) func() error {
+	return func() error {
+		x.fd, x.watching = x.watcher.watch(x.rc.Conn(), func() {
+			cancel()
+			if g := x.gone.Load(); g != nil {
+				(*g)()
+			}
+		})
+		return nil
+	}
+}
+
+func (x *fastExchange) stopWatch() {
+	if x.watching {
+		x.watcher.unwatch(x.fd)
+		x.watching = false
+	}
+}
+
+// fastAnswer is an http.ResponseWriter over a fasthttp response, for the
+// contract's answers outside a decision (admission.WriteReason).
+type fastAnswer struct {
+	rc  *fasthttp.RequestCtx
+	hdr http.Header
+}
+
+func (w *fastAnswer) Header() http.Header {
+	if w.hdr == nil {
+		w.hdr = make(http.Header, 4)
+	}
+	return w.hdr
+}
+
+func (w *fastAnswer) WriteHeader(status int) {
+	for k, v := range w.hdr {
+		for _, s := range v {
+			w.rc.Response.Header.Set(k, s)
+		}
+	}
+	w.rc.SetStatusCode(status)
+}
+
+func (w *fastAnswer) Write(b []byte) (int, error) {
+	w.rc.Response.AppendBody(b)
+	return len(b), nil
+}

@@ -1,0 +1,154 @@
+package gateway
+
+// A request's spans and access line, on either engine: the root span
+// (fairgate.request), the proxy.upstream span and the access log.
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fairgate/fairgate/admission"
+)
+
+// statusWriter remembers the response's status for the root span and the
+// access log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// startRequest starts the root span, fairgate.request, and puts the trace
+// ID in the response. A traceparent sent by the client is not trusted as
+// parent (a client could merge its requests into one trace or pick our
+// sampling); it becomes a link. Without tracing it returns r and a nil
+// span.
+func (t *telemetry) startRequest(w http.ResponseWriter, r *http.Request) (*http.Request, trace.Span) {
+	if t.tracer == nil {
+		return r, nil
+	}
+	ctx, sp := t.startRequestSpan(r.Context(), r.Method, propagation.HeaderCarrier(r.Header))
+	w.Header().Set(HeaderTraceID, sp.SpanContext().TraceID().String())
+	return r.WithContext(ctx), sp
+}
+
+// startRequestSpan starts the root span of a request whose method is method
+// and whose header fields h carries; a client's traceparent becomes a link.
+// t.tracer must not be nil.
+func (t *telemetry) startRequestSpan(ctx context.Context, method string, h propagation.TextMapCarrier) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", method))}
+	if remote := trace.SpanContextFromContext(t.prop.Extract(context.Background(), h)); remote.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
+	}
+	return t.tracer.Start(ctx, admission.SpanRequest, opts...)
+}
+
+// endRequest ends the root span with the response's status. A 5xx the
+// admission layers did not explain (502, 504) is an error too, so the tail
+// sampler keeps its trace.
+func endRequest(sp trace.Span, status int, reqID string) {
+	if sp == nil {
+		return
+	}
+	sp.SetAttributes(admission.AttrStatusCode.Int(status), admission.AttrRequestID.String(reqID))
+	if status >= 500 && !hasError(sp) {
+		sp.SetStatus(codes.Error, "HTTP "+strconv.Itoa(status))
+	}
+	sp.End()
+}
+
+// hasError reports whether sp's status is already Error (set by the
+// decision, whose description says more than the status code).
+func hasError(sp trace.Span) bool {
+	ro, ok := sp.(interface{ Status() sdktrace.Status })
+	return ok && ro.Status().Code == codes.Error
+}
+
+// logRequest writes the access-log line (debug level): request ID, method,
+// status and duration; the logger's handler adds the trace ID from ctx.
+func (s *Server) logRequest(ctx context.Context, method string, status int, reqID string, start time.Time) {
+	s.log.LogAttrs(ctx, slog.LevelDebug, "request", slog.String("request_id", reqID), slog.String("method", method),
+		slog.Int("status", status), slog.Duration("duration", time.Since(start)))
+}
+
+// upstreamSpan wraps the reverse proxy in the proxy.upstream span. The
+// proxy's Rewrite injects its traceparent into the upstream request.
+func (t *telemetry) upstreamSpan(next http.Handler) http.Handler {
+	if t.tracer == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, sp := t.tracer.Start(r.Context(), admission.SpanUpstream, trace.WithSpanKind(trace.SpanKindClient))
+		defer sp.End()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// injectTrace replaces any client-sent trace headers on the upstream
+// request with the proxy.upstream span's.
+func (t *telemetry) injectTrace(out *http.Request) {
+	// A client never chooses the upstream's trace parent: with tracing
+	// on, the upstream gets the proxy.upstream span's; with it off, none.
+	out.Header.Del("Traceparent")
+	out.Header.Del("Tracestate")
+	if t.tracer == nil {
+		return
+	}
+	t.prop.Inject(out.Context(), propagation.HeaderCarrier(out.Header))
+}
+
+// upstreamAnswered records the upstream's status on the proxy.upstream span.
+func upstreamAnswered(resp *http.Response) error {
+	upstreamStatus(resp.Request.Context(), resp.StatusCode)
+	return nil
+}
+
+// upstreamStatus records the upstream's status on ctx's proxy.upstream
+// span, when it records.
+func upstreamStatus(ctx context.Context, status int) {
+	sp := trace.SpanFromContext(ctx)
+	if !sp.IsRecording() {
+		return
+	}
+	sp.SetAttributes(admission.AttrStatusCode.Int(status))
+	if status >= 500 {
+		sp.SetStatus(codes.Error, "upstream HTTP "+strconv.Itoa(status))
+	}
+}
+
+// upstreamFailed records a proxy error on the proxy.upstream span.
+func upstreamFailed(r *http.Request, err error) { spanFailed(r.Context(), err) }
+
+// spanFailed records err on ctx's span, when it records.
+func spanFailed(ctx context.Context, err error) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+}
