@@ -72,7 +72,7 @@ func newFastEdge(s *Server, cfg Config) (*fastEdge, error) {
 			return e.conns.wrap(c), nil
 		},
 	}
-	e.exchanges.New = func() any { return &fastExchange{creds: make(http.Header, 2), watcher: watcher} }
+	e.exchanges.New = func() any { return newFastExchange(watcher) }
 	return e, nil
 }
 
@@ -160,6 +160,8 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	x.cancel = cancel
+	remote := rc.RemoteAddr().String()
 	// The root span and the access log, as the net/http edge's hygiene.
 	var sp trace.Span
 	tel := e.s.tel
@@ -179,7 +181,7 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		}()
 	}
 	req := admission.Request{Method: methodOf(rc.Method()), Path: string(rc.Path()), Header: x.creds,
-		RemoteAddr: rc.RemoteAddr().String(), ReadBody: x.watch(ctx, cancel)}
+		RemoteAddr: remote, ReadBody: x.readBodyFn}
 	if raw := rc.URI().PathOriginal(); bytes.IndexByte(raw, '%') >= 0 {
 		req.RawPath = string(raw)
 	}
@@ -207,7 +209,7 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		return
 	}
 	h.Set(admission.HeaderRequestID, reqID)
-	h.Set("X-Forwarded-For", clientIP(rc))
+	h.Set("X-Forwarded-For", hostOf(remote))
 	h.SetBytesV("X-Forwarded-Host", rc.Host())
 	h.Set("X-Forwarded-Proto", "http")
 	h.Del("Forwarded")
@@ -300,13 +302,12 @@ func (b *upstreamBody) Close() error {
 	return nil
 }
 
-// clientIP is the peer's address without its port.
-func clientIP(rc *fasthttp.RequestCtx) string {
-	if a, ok := rc.RemoteAddr().(*net.TCPAddr); ok {
-		return a.IP.String()
+// hostOf is addr ("host:port") without its port.
+func hostOf(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
 	}
-	host, _, _ := net.SplitHostPort(rc.RemoteAddr().String())
-	return host
+	return addr
 }
 
 // methodOf returns m as a string, without allocating for the common

@@ -8,6 +8,7 @@ import (
 	"context"
 	"net/http"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
@@ -40,6 +41,16 @@ type fastExchange struct {
 	fd       int32
 	watching bool
 	gone     atomic.Pointer[func()]
+	cancel   context.CancelFunc // the request's context's
+	// readBody and clientGone as func values, made once
+	readBodyFn func() error
+	goneFn     func()
+}
+
+func newFastExchange(w *goneWatcher) *fastExchange {
+	x := &fastExchange{creds: make(http.Header, 2), watcher: w}
+	x.readBodyFn, x.goneFn = x.readBody, x.clientGone
+	return x
 }
 
 func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
@@ -70,7 +81,7 @@ func (x *fastExchange) DelRequestHeader(key string)        { x.rc.Request.Header
 func (x *fastExchange) SetRequestHeader(key, value string) { x.rc.Request.Header.Set(key, value) }
 
 func (x *fastExchange) SetAnswerHeader(key string, v []byte) {
-	x.rc.Response.Header.SetBytesV(key, v)
+	x.rc.Response.Header.SetCanonical(s2b(key), v) // the pipeline's keys are canonical
 	if x.n == len(x.answer) {
 		x.answer = append(x.answer, [2][]byte{})
 	}
@@ -94,19 +105,21 @@ func (x *fastExchange) replay(resp *fasthttp.Response) {
 	}
 }
 
-// watch returns the pipeline's ReadBody for the request: fasthttp has read
+// readBody is the pipeline's ReadBody for the request: fasthttp has read
 // the body already, so it only starts watching for the client to go away
 // (goneWatcher) while the request waits for a seat and, after, for the
-// upstream, cancelling ctx then.
-func (x *fastExchange) watch(ctx context.Context, cancel context.CancelFunc) func() error {
-	return func() error {
-		x.fd, x.watching = x.watcher.watch(x.rc.Conn(), func() {
-			cancel()
-			if g := x.gone.Load(); g != nil {
-				(*g)()
-			}
-		})
-		return nil
+// upstream, cancelling the request's context then. x.readBodyFn is it, made
+// once per pooled exchange.
+func (x *fastExchange) readBody() error {
+	x.fd, x.watching = x.watcher.watch(x.rc.Conn(), x.goneFn)
+	return nil
+}
+
+// clientGone is what the watch calls when the client has gone.
+func (x *fastExchange) clientGone() {
+	x.cancel()
+	if g := x.gone.Load(); g != nil {
+		(*g)()
 	}
 }
 
@@ -144,3 +157,6 @@ func (w *fastAnswer) Write(b []byte) (int, error) {
 	w.rc.Response.AppendBody(b)
 	return len(b), nil
 }
+
+// s2b is s's bytes, for a fasthttp call that only reads them.
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

@@ -48,13 +48,14 @@ func (w *goneWatcher) loop() {
 			return // closed
 		}
 		for _, ev := range evs[:n] {
+			// gone runs under mu, so that unwatch returns only once it
+			// has (it is short: a context's cancel, a connection's close).
 			w.mu.Lock()
-			gone := w.byFD[ev.Fd]
-			delete(w.byFD, ev.Fd)
-			w.mu.Unlock()
-			if gone != nil {
+			if gone := w.byFD[ev.Fd]; gone != nil {
+				delete(w.byFD, ev.Fd)
 				gone()
 			}
+			w.mu.Unlock()
 		}
 	}
 }
@@ -85,7 +86,8 @@ func (w *goneWatcher) watch(c net.Conn, gone func()) (fd int32, ok bool) {
 	return fd, true
 }
 
-// unwatch stops watching fd; gone is not called after it returns.
+// unwatch stops watching fd; gone is not running, and is not called, once
+// it returns.
 func (w *goneWatcher) unwatch(fd int32) {
 	w.mu.Lock()
 	delete(w.byFD, fd)
