@@ -116,18 +116,6 @@ var (
 	noStore         = []byte("no-store")
 )
 
-// AppendAnswer is the contract's answer to d's rejection for an HTTP
-// stack other than net/http: it sets the answer's header fields (but the
-// RateLimit ones: SetRateLimitHeaders) with set and returns the status and
-// b with the JSON body appended.
-func AppendAnswer(b []byte, d *Decision, reqID string, set func(key string, v []byte)) (int, []byte) {
-	buf := rejectBuffers.Get().(*rejectBuffer)
-	status, body := buf.answer(d.Reason, d.RetryAfter, reqID, msgArgs{d.Tenant, d.Route, d.detail}, set)
-	b = append(b, body...)
-	rejectBuffers.Put(buf)
-	return status, b
-}
-
 // WriteError writes body as JSON with status, and Retry-After when
 // body.RetryAfter is set. Fairgate's own answers go through WriteReason;
 // this is for a front end that must answer in the same shape for reasons

@@ -109,14 +109,11 @@ func hasPrefixFoldUnderscore(s, prefix string) bool {
 // NewRequestID returns a new request ID: 16 random hex digits.
 func NewRequestID() string {
 	var b [16]byte
-	return string(appendRequestID(b[:0]))
+	return string(AppendRequestID(b[:0]))
 }
 
 // AppendRequestID appends a new request ID to b.
-func AppendRequestID(b []byte) []byte { return appendRequestID(b) }
-
-// appendRequestID appends a new request ID to b.
-func appendRequestID(b []byte) []byte {
+func AppendRequestID(b []byte) []byte {
 	const hexd = "0123456789abcdef"
 	a, c := rand.Uint64(), rand.Uint64()
 	for i := range 8 {

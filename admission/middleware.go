@@ -78,7 +78,7 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		reqID := h.Get(HeaderRequestID)
 		if reqID == "" {
 			var id [16]byte
-			reqID = t.set(h, HeaderRequestID, appendRequestID(id[:0]))
+			reqID = t.set(h, HeaderRequestID, AppendRequestID(id[:0]))
 		}
 		g.record(ctx, dp, reqID)
 		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {

@@ -72,7 +72,7 @@ func newFastEdge(s *Server, cfg Config) (*fastEdge, error) {
 			return e.conns.wrap(c), nil
 		},
 	}
-	e.exchanges.New = func() any { return newFastExchange(watcher) }
+	e.exchanges.New = func() any { return newFastExchange(watcher, e.conns) }
 	return e, nil
 }
 
@@ -147,6 +147,8 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	id := admission.AppendRequestID(idb[:0])
 	x.SetAnswerHeader(admission.HeaderRequestID, id)
 	reqID := string(id)
+	x.reqID = reqID
+	method := methodOf(rc.Method())
 	h := &rc.Request.Header
 	// No protocol upgrades (WebSocket, h2c), as on the net/http edge.
 	h.Del("Upgrade")
@@ -166,7 +168,7 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	var sp trace.Span
 	tel := e.s.tel
 	if tel.tracer != nil {
-		ctx, sp = tel.startRequestSpan(ctx, methodOf(rc.Method()), fastCarrier{h})
+		ctx, sp = tel.startRequestSpan(ctx, method, fastCarrier{h})
 		var tid [32]byte
 		tr := sp.SpanContext().TraceID()
 		x.SetAnswerHeader(HeaderTraceID, hex.AppendEncode(tid[:0], tr[:]))
@@ -176,11 +178,11 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		defer func() {
 			endRequest(sp, rc.Response.StatusCode(), reqID)
 			if logged {
-				e.s.logRequest(ctx, methodOf(rc.Method()), rc.Response.StatusCode(), reqID, start)
+				e.s.logRequest(ctx, method, rc.Response.StatusCode(), reqID, start)
 			}
 		}()
 	}
-	req := admission.Request{Method: methodOf(rc.Method()), Path: string(rc.Path()), Header: x.creds,
+	req := admission.Request{Method: method, Path: string(rc.Path()), Header: x.creds,
 		RemoteAddr: remote, ReadBody: x.readBodyFn}
 	if raw := rc.URI().PathOriginal(); bytes.IndexByte(raw, '%') >= 0 {
 		req.RawPath = string(raw)
@@ -227,8 +229,7 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		tel.prop.Inject(uctx, fastCarrier{h})
 	}
 	up := fasthttp.AcquireResponse()
-	abort := func() { e.conns.abort(reqID) }
-	x.gone.Store(&abort)
+	x.calling.Store(true)
 	err = e.hc.Do(&rc.Request, up)
 	x.stopWatch()
 	e.conns.done(reqID)

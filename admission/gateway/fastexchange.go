@@ -30,8 +30,8 @@ func (c fastCarrier) Keys() []string {
 type fastExchange struct {
 	rc    *fasthttp.RequestCtx
 	creds http.Header // the credential fields, for the pipeline
-	// answer is the RateLimit fields the pipeline set, kept to set again
-	// once the upstream's answer has replaced the response.
+	// answer is the answer's own fields (request and trace IDs,
+	// RateLimit), kept to set again on the upstream's response.
 	answer [][2][]byte
 	n      int
 	// the disconnect watch (goneWatcher): the watched connection's fd,
@@ -40,15 +40,19 @@ type fastExchange struct {
 	watcher  *goneWatcher
 	fd       int32
 	watching bool
-	gone     atomic.Pointer[func()]
 	cancel   context.CancelFunc // the request's context's
+	// calling: the upstream call of request reqID runs on one of conns'
+	// connections, which the watch closes when the client goes
+	calling atomic.Bool
+	conns   *upstreamConns
+	reqID   string
 	// readBody and clientGone as func values, made once
 	readBodyFn func() error
 	goneFn     func()
 }
 
-func newFastExchange(w *goneWatcher) *fastExchange {
-	x := &fastExchange{creds: make(http.Header, 2), watcher: w}
+func newFastExchange(w *goneWatcher, conns *upstreamConns) *fastExchange {
+	x := &fastExchange{creds: make(http.Header, 2), watcher: w, conns: conns}
 	x.readBodyFn, x.goneFn = x.readBody, x.clientGone
 	return x
 }
@@ -58,7 +62,7 @@ func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
 	clear(x.creds)
 	x.n = 0
 	x.watching = false
-	x.gone.Store(nil)
+	x.calling.Store(false)
 }
 
 func (x *fastExchange) RequestHeader(key string) string {
@@ -118,8 +122,8 @@ func (x *fastExchange) readBody() error {
 // clientGone is what the watch calls when the client has gone.
 func (x *fastExchange) clientGone() {
 	x.cancel()
-	if g := x.gone.Load(); g != nil {
-		(*g)()
+	if x.calling.Load() {
+		x.conns.abort(x.reqID)
 	}
 }
 
