@@ -16,7 +16,8 @@ type Exchange interface {
 	// (canonical), "" when it has none.
 	RequestHeader(key string) string
 	// StripRequestHeaders deletes the request's header fields whose
-	// names strip reports true for.
+	// names strip reports true for. strip must not keep the name it is
+	// given: it may be a view of the request's buffer.
 	StripRequestHeaders(strip func(name string) bool)
 	// DelRequestHeader and SetRequestHeader change the request the
 	// upstream is sent.

@@ -25,10 +25,10 @@ func (cannedUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 		ContentLength: 11}, nil
 }
 
-// benchGateway is the demo config with the tiers' quotas far from binding
+// benchConfig is the demo config with the tiers' quotas far from binding
 // except the starter tier's, which a single request spends, and no global
 // backstop.
-func benchGateway(b *testing.B) http.Handler {
+func benchConfig(b *testing.B) Config {
 	cfg, err := Parse(examples.Demo)
 	if err != nil {
 		b.Fatal(err)
@@ -41,7 +41,12 @@ func benchGateway(b *testing.B) http.Handler {
 		cfg.Tenants.Tiers[name] = tier
 	}
 	cfg.Admission.Global = nil
-	srv, err := New(cfg, Options{Transport: cannedUpstream{}})
+	return cfg
+}
+
+// benchGateway is the gateway's handler on benchConfig.
+func benchGateway(b *testing.B) http.Handler {
+	srv, err := New(benchConfig(b), Options{Transport: cannedUpstream{}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -89,7 +89,10 @@ func (e *fastEdge) server() *fasthttp.Server {
 		// The head must arrive within read_header_timeout (slowloris);
 		// once it has, the body gets what is left of read_timeout.
 		ReadTimeout: min(c.ReadHeaderTimeout, c.ReadTimeout),
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if h.ContentLength() == 0 {
+				return fasthttp.RequestConfig{} // no body to read: no deadline to move
+			}
 			return fasthttp.RequestConfig{ReadTimeout: max(c.ReadTimeout-c.ReadHeaderTimeout, time.Millisecond)}
 		},
 		IdleTimeout:           c.IdleTimeout,
@@ -141,8 +144,15 @@ func (e *fastEdge) malformed(rc *fasthttp.RequestCtx, err error) {
 // serve is the fasthttp edge's handler.
 func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	x := e.exchanges.Get().(*fastExchange)
-	defer e.exchanges.Put(x)
 	x.reset(rc)
+	if !e.exchange(rc, x) {
+		e.exchanges.Put(x)
+	}
+}
+
+// exchange serves rc with x. It is true when the upstream's body streams
+// to the client after it returns: the body's Close then puts x back.
+func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams bool) {
 	var idb [16]byte
 	id := admission.AppendRequestID(idb[:0])
 	x.SetAnswerHeader(admission.HeaderRequestID, id)
@@ -150,20 +160,14 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	x.reqID = reqID
 	method := methodOf(rc.Method())
 	h := &rc.Request.Header
-	// No protocol upgrades (WebSocket, h2c), as on the net/http edge.
-	h.Del("Upgrade")
-	h.Del("Http2-Settings")
+	// No protocol upgrades (WebSocket, h2c), as on the net/http edge,
+	// and no hop-by-hop fields.
 	removeHopByHop(h)
-	if v := h.Peek("Authorization"); len(v) > 0 {
-		x.creds["Authorization"] = []string{string(v)}
-	}
-	if v := h.PeekBytes([]byte("X-Api-Key")); v != nil {
-		x.creds["X-Api-Key"] = []string{string(v)}
-	}
+	x.setCredentials(h)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	x.cancel = cancel
-	remote := rc.RemoteAddr().String()
+	remote, host := peerOf(rc)
 	// The root span and the access log, as the net/http edge's hygiene.
 	var sp trace.Span
 	tel := e.s.tel
@@ -199,9 +203,8 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		return
 	}
 	lease := d.Lease()
-	keep := false // the response's body stream releases the lease
 	defer func() {
-		if !keep {
+		if !streams {
 			lease.Release()
 		}
 	}()
@@ -211,15 +214,12 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 		return
 	}
 	h.Set(admission.HeaderRequestID, reqID)
-	h.Set("X-Forwarded-For", hostOf(remote))
+	h.Set("X-Forwarded-For", host)
 	h.SetBytesV("X-Forwarded-Host", rc.Host())
 	h.Set("X-Forwarded-Proto", "http")
-	h.Del("Forwarded")
-	h.Del("X-Real-Ip")
-	h.Del("Baggage")
-	// A client never chooses the upstream's trace parent (injectTrace).
-	h.Del("Traceparent")
-	h.Del("Tracestate")
+	// Nor a client's Forwarded, X-Real-Ip, Baggage or trace parent
+	// (injectTrace).
+	delFields(h, clientForwarding)
 	rc.Request.SetHost(e.host)
 	uctx := ctx
 	if tel.tracer != nil {
@@ -265,13 +265,14 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	if stream == nil {
 		rc.Response.SetBody(up.Body())
 		fasthttp.ReleaseResponse(up)
-		return
+		return false
 	}
 	// The body streams to the client after serve returns: the request
-	// keeps its seat and slot until it has (upstreamBody.Close).
-	keep = true
-	rc.Response.SetBodyStream(&upstreamBody{r: stream, up: up, lease: lease, conn: rc.Conn(),
-		idle: e.s.cfg.Load().Server.WriteIdleTimeout}, up.Header.ContentLength())
+	// keeps its seat and slot, and x, until it has (upstreamBody.Close).
+	x.body = upstreamBody{r: stream, up: up, lease: *lease, conn: rc.Conn(),
+		idle: e.s.cfg.Load().Server.WriteIdleTimeout, x: x, pool: &e.exchanges}
+	rc.Response.SetBodyStream(&x.body, up.Header.ContentLength())
+	return true
 }
 
 // upstreamBody is an upstream response's body as the client's response
@@ -283,10 +284,14 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 type upstreamBody struct {
 	r     io.Reader
 	up    *fasthttp.Response
-	lease *admission.Lease
+	lease admission.Lease // moved here from the decision
 	conn  net.Conn
 	idle  time.Duration
 	moved time.Time
+	// x is the exchange the body is part of, which Close puts back in
+	// pool.
+	x    *fastExchange
+	pool *sync.Pool
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
@@ -300,7 +305,19 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 func (b *upstreamBody) Close() error {
 	fasthttp.ReleaseResponse(b.up)
 	b.lease.Release()
+	x, pool := b.x, b.pool
+	*b = upstreamBody{}
+	pool.Put(x)
 	return nil
+}
+
+// peerOf is the address of rc's peer and its host, from its edgeConn.
+func peerOf(rc *fasthttp.RequestCtx) (remote, host string) {
+	if c, ok := rc.Conn().(*edgeConn); ok {
+		return c.remote, c.host
+	}
+	remote = rc.RemoteAddr().String()
+	return remote, hostOf(remote)
 }
 
 // hostOf is addr ("host:port") without its port.
@@ -330,9 +347,14 @@ func methodOf(m []byte) string {
 }
 
 // hopByHop are the header fields that concern one connection only (RFC
-// 9110 §7.6.1), never forwarded.
+// 9110 §7.6.1), never forwarded, and Http2-Settings (no h2c upgrade).
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings"}
+
+// clientForwarding are the fields of a client's request that would tell
+// the upstream who sent it or where its trace comes from: fairgate sets
+// its own X-Forwarded-* and trace parent.
+var clientForwarding = []string{"Forwarded", "X-Real-Ip", "Baggage", "Traceparent", "Tracestate"}
 
 // removeHopByHop deletes h's hop-by-hop fields and those its Connection
 // field names.
@@ -344,8 +366,24 @@ func removeHopByHop(h *fasthttp.RequestHeader) {
 			}
 		}
 	}
-	for _, k := range hopByHop {
-		h.Del(k)
+	delFields(h, hopByHop)
+}
+
+// delFields deletes h's fields named in names (at most 64). It scans h's
+// fields once and deletes only those it has: each Del scans them all.
+func delFields(h *fasthttp.RequestHeader, names []string) {
+	var has uint64 // bit i: h has names[i]
+	for k := range h.All() {
+		for i, n := range names {
+			if len(k) == len(n) && bytes.EqualFold(k, s2b(n)) {
+				has |= 1 << i
+			}
+		}
+	}
+	for i, n := range names {
+		if has&(1<<i) != 0 {
+			h.Del(n)
+		}
 	}
 }
 

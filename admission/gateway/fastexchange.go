@@ -34,18 +34,21 @@ type fastExchange struct {
 	// RateLimit), kept to set again on the upstream's response.
 	answer [][2][]byte
 	n      int
-	// the disconnect watch (goneWatcher): the watched connection's fd,
-	// and what it does besides cancelling the request's context once the
-	// upstream call runs
+	// the disconnect watch (goneWatcher): the client's connection while
+	// its request is watched, and what the watch does besides cancelling
+	// the request's context once the upstream call runs
 	watcher  *goneWatcher
-	fd       int32
-	watching bool
+	watching *edgeConn
 	cancel   context.CancelFunc // the request's context's
 	// calling: the upstream call of request reqID runs on one of conns'
 	// connections, which the watch closes when the client goes
 	calling atomic.Bool
 	conns   *upstreamConns
 	reqID   string
+	// credVals backs creds' values
+	credVals [2]string
+	// body is the upstream's response body, when it streams
+	body upstreamBody
 	// readBody and clientGone as func values, made once
 	readBodyFn func() error
 	goneFn     func()
@@ -61,8 +64,20 @@ func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
 	x.rc = rc
 	clear(x.creds)
 	x.n = 0
-	x.watching = false
+	x.watching = nil
 	x.calling.Store(false)
+}
+
+// setCredentials puts h's credential fields in x.creds, for the pipeline.
+func (x *fastExchange) setCredentials(h *fasthttp.RequestHeader) {
+	if v := h.Peek("Authorization"); len(v) > 0 {
+		x.credVals[0] = string(v)
+		x.creds["Authorization"] = x.credVals[:1:1]
+	}
+	if v := h.PeekBytes([]byte("X-Api-Key")); v != nil {
+		x.credVals[1] = string(v)
+		x.creds["X-Api-Key"] = x.credVals[1:2:2]
+	}
 }
 
 func (x *fastExchange) RequestHeader(key string) string {
@@ -72,7 +87,7 @@ func (x *fastExchange) RequestHeader(key string) string {
 func (x *fastExchange) StripRequestHeaders(strip func(name string) bool) {
 	var del []string
 	for k := range x.rc.Request.Header.All() {
-		if strip(string(k)) {
+		if strip(b2s(k)) {
 			del = append(del, string(k))
 		}
 	}
@@ -115,7 +130,9 @@ func (x *fastExchange) replay(resp *fasthttp.Response) {
 // upstream, cancelling the request's context then. x.readBodyFn is it, made
 // once per pooled exchange.
 func (x *fastExchange) readBody() error {
-	x.fd, x.watching = x.watcher.watch(x.rc.Conn(), x.goneFn)
+	if c, ok := x.rc.Conn().(*edgeConn); ok && x.watcher.watch(c, x.goneFn) {
+		x.watching = c
+	}
 	return nil
 }
 
@@ -128,9 +145,9 @@ func (x *fastExchange) clientGone() {
 }
 
 func (x *fastExchange) stopWatch() {
-	if x.watching {
-		x.watcher.unwatch(x.fd)
-		x.watching = false
+	if x.watching != nil {
+		x.watcher.unwatch(x.watching)
+		x.watching = nil
 	}
 }
 
@@ -164,3 +181,7 @@ func (w *fastAnswer) Write(b []byte) (int, error) {
 
 // s2b is s's bytes, for a fasthttp call that only reads them.
 func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// b2s is b as a string, for a call that neither keeps it nor outlives b's
+// contents.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -12,16 +12,23 @@ import (
 // while it runs, so, unlike net/http, it never tells a handler that its
 // client left: a request waiting for a seat would keep its place in the
 // queue, and its upstream call would run on, for a client long gone,
-// under the very overload the queue is for. The watcher keeps the
-// connections of the requests being watched in an epoll instance of its
-// own, for EPOLLRDHUP (the peer closed its side) and hang-ups and errors
-// only: a pipelined next request (plain readability) does not wake it,
-// and nothing is read from the socket. One goroutine waits for all of
-// them; watching a request costs two epoll_ctl calls.
+// under the very overload the queue is for.
+//
+// Every client connection is in an epoll instance of the watcher's own
+// from its accept to its close (edgeListener), edge-triggered, for
+// EPOLLRDHUP (the peer closed its side) and hang-ups and errors only: a
+// pipelined next request (plain readability) does not wake it, and nothing
+// is read from the socket. One goroutine waits for all of them. Watching a
+// request is then a field set under a mutex, no system call: the
+// connection's one epoll_ctl is paid at its accept, not per request.
 type goneWatcher struct {
 	epfd int
 	mu   sync.Mutex
-	byFD map[int32]func() // what to call when the connection's peer goes
+	// byID maps each open connection's ID, which its epoll events carry
+	// (an ID and not its fd: an event read just before a connection
+	// closes must not reach the next connection on the same fd).
+	byID map[uint64]*edgeConn
+	next uint64
 }
 
 func newGoneWatcher() (*goneWatcher, error) {
@@ -29,12 +36,12 @@ func newGoneWatcher() (*goneWatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &goneWatcher{epfd: fd, byFD: map[int32]func(){}}
+	w := &goneWatcher{epfd: fd, byID: map[uint64]*edgeConn{}}
 	go w.loop()
 	return w, nil
 }
 
-// close stops the watcher; watch does nothing after it.
+// close stops the watcher.
 func (w *goneWatcher) close() { syscall.Close(w.epfd) }
 
 func (w *goneWatcher) loop() {
@@ -51,46 +58,127 @@ func (w *goneWatcher) loop() {
 			// gone runs under mu, so that unwatch returns only once it
 			// has (it is short: a context's cancel, a connection's close).
 			w.mu.Lock()
-			if gone := w.byFD[ev.Fd]; gone != nil {
-				delete(w.byFD, ev.Fd)
-				gone()
+			if c := w.byID[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; c != nil && !c.gone {
+				c.gone = true
+				if c.onGone != nil {
+					c.onGone()
+					c.onGone = nil
+				}
 			}
 			w.mu.Unlock()
 		}
 	}
 }
 
-// watch calls gone (once, from the watcher's goroutine) if c's peer closes
-// or resets the connection before unwatch(fd). ok is false, and nothing
-// is watched, on a connection that is not TCP.
-func (w *goneWatcher) watch(c net.Conn, gone func()) (fd int32, ok bool) {
-	tc, isTCP := c.(*net.TCPConn)
+// add starts watching c, for its life. Watching fails on a connection
+// that is not TCP; c is then served as before, its requests unwatched.
+func (w *goneWatcher) add(c *edgeConn) {
+	tc, isTCP := c.Conn.(*net.TCPConn)
 	if !isTCP {
-		return 0, false
+		return
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
-		return 0, false
+		return
 	}
-	rc.Control(func(f uintptr) { fd = int32(f) })
+	var fd int
+	if rc.Control(func(f uintptr) { fd = int(f) }) != nil {
+		return
+	}
 	w.mu.Lock()
-	w.byFD[fd] = gone
+	w.next++
+	c.id = w.next
+	w.byID[c.id] = c
 	w.mu.Unlock()
-	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR | syscall.EPOLLONESHOT, Fd: fd}
-	if err := syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
-		w.mu.Lock()
-		delete(w.byFD, fd)
-		w.mu.Unlock()
-		return 0, false
+	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR | epollET,
+		Fd: int32(uint32(c.id)), Pad: int32(uint32(c.id >> 32))}
+	if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_ADD, fd, &ev) != nil {
+		w.forget(c)
+		return
 	}
-	return fd, true
+	c.watched = true
 }
 
-// unwatch stops watching fd; gone is not running, and is not called, once
-// it returns.
-func (w *goneWatcher) unwatch(fd int32) {
+// forget stops watching c, before it closes (its fd leaves the epoll
+// instance with the close).
+func (w *goneWatcher) forget(c *edgeConn) {
 	w.mu.Lock()
-	delete(w.byFD, fd)
+	delete(w.byID, c.id)
+	c.onGone = nil
 	w.mu.Unlock()
-	syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(fd), nil)
+}
+
+// watch calls gone (once, from the watcher's goroutine, or at once if the
+// peer has gone already) if c's peer closes or resets the connection
+// before unwatch(c). It is false, and nothing is watched, on a
+// connection the watcher could not add.
+func (w *goneWatcher) watch(c *edgeConn, gone func()) bool {
+	if !c.watched {
+		return false
+	}
+	w.mu.Lock()
+	if c.gone {
+		gone()
+	} else {
+		c.onGone = gone
+	}
+	w.mu.Unlock()
+	return true
+}
+
+// unwatch stops watching c's request; gone is not running, and is not
+// called, once it returns.
+func (w *goneWatcher) unwatch(c *edgeConn) {
+	w.mu.Lock()
+	c.onGone = nil
+	w.mu.Unlock()
+}
+
+// epollET is syscall.EPOLLET as the uint32 that EpollEvent.Events is
+// (syscall spells it as a negative int).
+const epollET = 1 << 31
+
+// edgeListener hands the fasthttp edge its connections as edgeConns.
+type edgeListener struct {
+	net.Listener
+	w *goneWatcher
+}
+
+func (l edgeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newEdgeConn(c, l.w), nil
+}
+
+// edgeConn is a client's connection to the fasthttp edge, with what its
+// requests would otherwise work out each time: the peer's address as text,
+// and the watch for the peer leaving.
+type edgeConn struct {
+	net.Conn
+	w *goneWatcher
+	// remote is the peer's address (ip:port), host its IP.
+	remote, host string
+	// id is the connection's in the watcher; watched says it is there.
+	id      uint64
+	watched bool
+	// gone and onGone are guarded by w.mu: the peer has left; what to
+	// call when it does, set while a request is watched.
+	gone   bool
+	onGone func()
+}
+
+func newEdgeConn(c net.Conn, w *goneWatcher) *edgeConn {
+	ec := &edgeConn{Conn: c, w: w, remote: c.RemoteAddr().String()}
+	ec.host = hostOf(ec.remote)
+	w.add(ec)
+	return ec
+}
+
+func (c *edgeConn) Close() error {
+	if c.watched {
+		c.w.forget(c)
+	}
+	return c.Conn.Close()
 }

@@ -81,7 +81,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 		fs := edge.server()
 		closePub = func() error { return fs.Shutdown() }
 		shutdownPub = fs.ShutdownWithContext
-		serve = func() error { return fs.Serve(ln) }
+		serve = func() error { return fs.Serve(edgeListener{ln, edge.watcher}) }
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- serve() }()
