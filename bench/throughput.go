@@ -31,7 +31,7 @@ import (
 // fairgate-gc100 is fairgate with the collector at Go's default target
 // (server.gc_percent 100) instead of fairgate's (DefaultGCPercent).
 var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-fasthttp", "fairgate-fasthttp-429",
-	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "nginx-flood"}
+	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-fasthttp-flood", "nginx-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -60,6 +60,11 @@ type ThroughputOptions struct {
 	FloodDuration time.Duration
 	// Progress, when set, gets a line per measurement.
 	Progress io.Writer
+	// Wrk makes wrk the load generator instead of the bench's own
+	// client (throughput_wrk.go), each mode's server alone on the first
+	// core, wrk and the upstream on the second. The flood rounds keep
+	// their own open-loop senders.
+	Wrk bool
 }
 
 // ThroughputRow is one measurement.
@@ -105,11 +110,23 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		o.FloodDuration = 10 * time.Second
 	}
 	var res ThroughputResult
+	if o.Wrk {
+		for _, b := range []string{"wrk", "taskset"} {
+			if _, err := exec.LookPath(b); err != nil {
+				return res, fmt.Errorf("bench: --generator wrk needs %s (make bench-deps): %w", b, err)
+			}
+		}
+	}
 	up, err := startChild(ctx, o.Binary, "upstream", "")
 	if err != nil {
 		return res, err
 	}
 	defer up.stop()
+	if o.Wrk {
+		if err := pin(ctx, up.cmd.Process.Pid, loadCPU); err != nil {
+			return res, err
+		}
+	}
 	servers := map[string]*child{"direct": up}
 	modes, floods := splitFloodModes(o.Modes)
 	if len(floods) > 0 {
@@ -143,6 +160,11 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 				return res, err
 			}
 			defer c.stop()
+			if o.Wrk {
+				if err := pin(ctx, c.cmd.Process.Pid, serverCPU); err != nil {
+					return res, err
+				}
+			}
 			servers[name] = c
 		}
 		servers[m] = servers[name]
@@ -156,11 +178,22 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 				case srv == nil:
 					row.Skipped = skipReason(strings.TrimSuffix(m, "-429"))
 				default:
-					key := tenantKey
-					if strings.HasSuffix(m, "-429") {
+					key, rejecting := tenantKey, strings.HasSuffix(m, "-429")
+					if rejecting {
 						key = func(int) string { return floodKey }
 					}
-					row, err = measure(ctx, srv, up, conns, o.Duration, key)
+					if o.Wrk {
+						keys := []string{floodKey}
+						if !rejecting {
+							keys = make([]string, throughputTenants)
+							for i := range keys {
+								keys[i] = tenantKey(i)
+							}
+						}
+						row, err = measureWrk(ctx, srv, up, conns, o.Duration, keys, rejecting)
+					} else {
+						row, err = measure(ctx, srv, up, conns, o.Duration, key)
+					}
 					if err != nil {
 						return res, err
 					}
@@ -223,6 +256,8 @@ func startFloodServers(ctx context.Context, bin string, floods []string, servers
 		switch m {
 		case "fairgate-flood":
 			c, err = startChild(ctx, bin, "fairgate-demo", demo.url)
+		case "fairgate-fasthttp-flood":
+			c, err = startChild(ctx, bin, "fairgate-demo-fasthttp", demo.url)
 		case "nginx-flood":
 			if _, lerr := exec.LookPath("nginx"); lerr != nil {
 				continue // reported as skipped in every round

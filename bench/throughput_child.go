@@ -131,9 +131,13 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		// The http.Server that serve runs (timeouts, ConnContext).
 		h, closeFn = gw.Handler(), gw.Close
 		srv, _ = gw.HTTPServers()
-	case "fairgate-fasthttp":
+	case "fairgate-fasthttp", "fairgate-demo-fasthttp":
 		// The gateway as fairgate serve runs it, on the fasthttp engine.
-		cfg, err := throughputConfig(upstream)
+		config := throughputConfig
+		if mode == "fairgate-demo-fasthttp" {
+			config = demoConfig
+		}
+		cfg, err := config(upstream)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fairgate/fairgate/admission/gateway"
 )
@@ -72,5 +73,39 @@ func TestWriteThroughputSkips(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in\n%s", want, b.String())
 		}
+	}
+}
+
+// TestParseWrk reads a report of wrk 4 with --latency, and refuses one
+// without a request count.
+func TestParseWrk(t *testing.T) {
+	const out = `Running 5s test @ http://127.0.0.1:18080/api/v1/users/me
+  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   542.21us  311.29us   4.50ms   66.65%
+    Req/Sec   119.86k     5.12k  130.00k    72.00%
+  Latency Distribution
+     50%  500.00us
+     75%  650.00us
+     90%  800.00us
+     99%    1.50ms
+  596375 requests in 5.00s, 319.09MB read
+  Non-2xx or 3xx responses: 596370
+  Socket errors: connect 0, read 2, write 0, timeout 1
+Requests/sec: 119256.94
+`
+	r, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wrkResult{requests: 596375, non2xx: 596370, socketErrors: 3, wall: 5 * time.Second, p50: 0.5, p99: 1.5}
+	if r != want {
+		t.Fatalf("got %+v, want %+v", r, want)
+	}
+	if _, err := parseWrk("unable to connect to 127.0.0.1:1 Connection refused\n"); err == nil {
+		t.Fatal("a report without a request count was read")
+	}
+	if !strings.Contains(wrkScript([]string{"k1", "k2"}), `{["Authorization"] = "Bearer k2"}`) {
+		t.Fatalf("script:\n%s", wrkScript([]string{"k1", "k2"}))
 	}
 }

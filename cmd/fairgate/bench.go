@@ -30,6 +30,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rounds := fs.Int("rounds", 3, "throughput: interleaved rounds of every mode")
 	conns := fs.String("conns", "8,64", "throughput: comma-separated closed-loop connection counts")
 	floodDur := fs.Duration("flood-duration", 10*time.Second, "throughput: each phase (quiet, flood) of the flood rounds")
+	generator := fs.String("generator", "client", "throughput: the load generator, the bench's own client or wrk (each server alone on the first core, wrk and the upstream on the second)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,6 +45,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *scenario == "throughput" {
 		o := bench.ThroughputOptions{Rounds: *rounds, Duration: *duration, FloodDuration: *floodDur, Progress: stderr}
+		switch *generator {
+		case "client":
+		case "wrk":
+			o.Wrk = true
+		default:
+			return fmt.Errorf("bench: --generator %q: want client or wrk", *generator)
+		}
 		if *quiet {
 			o.Progress = nil
 		}
