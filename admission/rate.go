@@ -129,7 +129,7 @@ func (g *Gate) takeBackstop(ctx context.Context, c *compiled, d *Decision) error
 // take is the store's Take, timed for fairgate_store_take_seconds when
 // metrics are on.
 func (g *Gate) take(ctx context.Context, k ratelimit.BucketKey, l ratelimit.Limit, cost float64) (ratelimit.Result, error) {
-	if g.metrics == nil {
+	if !g.timeTakes {
 		return g.store.Take(ctx, k, l, cost)
 	}
 	start := time.Now()
@@ -219,11 +219,11 @@ func (g *Gate) takeAll(ctx context.Context, c *compiled, ms ratelimit.MultiStore
 		n++
 	}
 	var start time.Time
-	if g.metrics != nil {
+	if g.timeTakes {
 		start = time.Now()
 	}
 	res, err := ms.TakeAll(ctx, takes[:n])
-	if g.metrics != nil {
+	if g.timeTakes {
 		g.metrics.storeTake.Observe(time.Since(start).Seconds())
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/bulkhead"
 )
 
@@ -159,4 +160,50 @@ func runBenchCheck(ctx context.Context, b *testing.B, g *Gate) {
 			d.Lease().Release()
 		}
 	})
+}
+
+// sharedStore stands for a store shared with other instances (Redis):
+// any store but the embedded one.
+type sharedStore struct{ *ratelimit.MemoryStore }
+
+// TestStoreTakesTimed: fairgate_store_take_seconds times the takes of a
+// shared store, and not those of the embedded store, whose takes cost
+// less than the two clock reads that would time them.
+func TestStoreTakesTimed(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store ratelimit.Store
+		timed bool
+	}{
+		{"embedded", nil, false},
+		{"shared", sharedStore{ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m, err := NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := New(testConfig(), testRegistry(t), Options{Metrics: m, Store: c.store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				mustCheck(t, g, req("ent-key", "GET", "/api/v1/users/me"))
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n uint64
+			for _, mf := range mfs {
+				if mf.GetName() == "fairgate_store_take_seconds" {
+					n = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+				}
+			}
+			if timed := n > 0; timed != c.timed {
+				t.Fatalf("%d takes timed of 3", n)
+			}
+		})
+	}
 }

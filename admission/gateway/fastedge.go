@@ -146,7 +146,7 @@ func (e *fastEdge) serve(rc *fasthttp.RequestCtx) {
 	x := e.exchanges.Get().(*fastExchange)
 	x.reset(rc)
 	if !e.exchange(rc, x) {
-		e.exchanges.Put(x)
+		x.release(&e.exchanges)
 	}
 }
 
@@ -164,9 +164,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	// and no hop-by-hop fields.
 	removeHopByHop(h)
 	x.setCredentials(h)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	x.cancel = cancel
+	var ctx context.Context = &x.ctx
 	remote, host := peerOf(rc)
 	// The root span and the access log, as the net/http edge's hygiene.
 	var sp trace.Span
@@ -307,7 +305,7 @@ func (b *upstreamBody) Close() error {
 	b.lease.Release()
 	x, pool := b.x, b.pool
 	*b = upstreamBody{}
-	pool.Put(x)
+	x.release(pool)
 	return nil
 }
 

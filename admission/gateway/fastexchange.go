@@ -5,8 +5,8 @@ package gateway
 // (http.ResponseWriter) see it.
 
 import (
-	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -39,7 +39,7 @@ type fastExchange struct {
 	// the request's context once the upstream call runs
 	watcher  *goneWatcher
 	watching *edgeConn
-	cancel   context.CancelFunc // the request's context's
+	ctx      requestCtx // the request's context
 	// calling: the upstream call of request reqID runs on one of conns'
 	// connections, which the watch closes when the client goes
 	calling atomic.Bool
@@ -78,6 +78,13 @@ func (x *fastExchange) setCredentials(h *fasthttp.RequestHeader) {
 		x.credVals[1] = string(v)
 		x.creds["X-Api-Key"] = x.credVals[1:2:2]
 	}
+}
+
+// release ends x's request, cancelling its context as a request's context
+// is at the end of its handler, and puts x back in pool.
+func (x *fastExchange) release(pool *sync.Pool) {
+	x.ctx.reset()
+	pool.Put(x)
 }
 
 func (x *fastExchange) RequestHeader(key string) string {
@@ -138,7 +145,7 @@ func (x *fastExchange) readBody() error {
 
 // clientGone is what the watch calls when the client has gone.
 func (x *fastExchange) clientGone() {
-	x.cancel()
+	x.ctx.cancel()
 	if x.calling.Load() {
 		x.conns.abort(x.reqID)
 	}
