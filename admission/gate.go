@@ -57,9 +57,9 @@ const DefaultShadowLogEvery = 10 * time.Second
 // configuration can be replaced at run time with Reload while requests are
 // being decided.
 type Gate struct {
-	cfg       atomic.Pointer[compiled]
-	store     ratelimit.Store
-	backstop  ratelimit.BackstopStore // the store, when it keeps a backstop
+	cfg      atomic.Pointer[compiled]
+	store    ratelimit.Store
+	backstop ratelimit.BackstopStore // the store, when it keeps a backstop
 	// timeTakes: the store's takes are timed (fairgate_store_take_seconds);
 	// not the embedded store's, which take well under a microsecond: two
 	// clock reads per request would cost more than what they measure.
