@@ -94,12 +94,8 @@ func serve(h http.Handler) (server, error) {
 		return server{}, err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	return serveOn(srv, ln), nil
-}
-
-func serveOn(srv *http.Server, ln net.Listener) server {
 	go srv.Serve(ln)
-	return server{url: "http://" + ln.Addr().String(), close: func() { srv.Close() }}
+	return server{url: "http://" + ln.Addr().String(), close: func() { srv.Close() }}, nil
 }
 
 // proxyTransport reaches the upstream from the proxies the bench builds,
@@ -165,14 +161,26 @@ func startFront(ctx context.Context, m Mode, env frontEnv) (server, error) {
 		if err != nil {
 			return server{}, err
 		}
+		// Served as fairgate serve serves it: Server.Serve, on the
+		// config's engine, with its admin listener.
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			gw.Close()
 			return server{}, err
 		}
-		pub, _ := gw.HTTPServers()
-		s := serveOn(pub, ln)
-		return server{url: s.url, close: func() { s.close(); gw.Close() }}, nil
+		aln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			ln.Close()
+			gw.Close()
+			return server{}, err
+		}
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			gw.Serve(sctx, ln, aln, gateway.Shutdown{})
+		}()
+		return server{url: "http://" + ln.Addr().String(), close: func() { stop(); <-done; gw.Close() }}, nil
 	}
 	return server{}, fmt.Errorf("bench: mode %v has no front end", m)
 }

@@ -29,9 +29,11 @@ import (
 // NAME-flood is the flood round (flood.go) with NAME in front of the demo
 // API; it runs once a round, not once per connection count.
 // fairgate-gc100 is fairgate with the collector at Go's default target
-// (server.gc_percent 100) instead of fairgate's (DefaultGCPercent).
-var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-fasthttp", "fairgate-fasthttp-429",
-	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-fasthttp-flood", "nginx-flood"}
+// (server.gc_percent 100) instead of fairgate's (DefaultGCPercent);
+// fairgate-nethttp is fairgate on the net/http engine (server.engine)
+// instead of the default fasthttp.
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-nethttp", "fairgate-nethttp-429",
+	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-nethttp-flood", "nginx-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -142,7 +144,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		if servers[name] == nil {
 			var c *child
 			switch name {
-			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-fasthttp":
+			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-nethttp":
 				c, err = startChild(ctx, o.Binary, name, up.url)
 			case "nginx", "haproxy":
 				if _, lerr := exec.LookPath(name); lerr != nil {
@@ -256,8 +258,8 @@ func startFloodServers(ctx context.Context, bin string, floods []string, servers
 		switch m {
 		case "fairgate-flood":
 			c, err = startChild(ctx, bin, "fairgate-demo", demo.url)
-		case "fairgate-fasthttp-flood":
-			c, err = startChild(ctx, bin, "fairgate-demo-fasthttp", demo.url)
+		case "fairgate-nethttp-flood":
+			c, err = startChild(ctx, bin, "fairgate-demo-nethttp", demo.url)
 		case "nginx-flood":
 			if _, lerr := exec.LookPath("nginx"); lerr != nil {
 				continue // reported as skipped in every round

@@ -88,12 +88,11 @@ func cpuOf(pid int) time.Duration {
 // ServeThroughputChild is the bench-server subcommand: it serves mode
 // ("upstream", "demo-upstream" (the demo API), or in front of upstream
 // "reverseproxy", "fairgate", "fairgate-gc100" (server.gc_percent 100,
-// Go's default) or "fairgate-demo" (the demo config)) on a loopback port, prints the address, and serves until ctx
-// is done.
+// Go's default), "fairgate-nethttp" (server.engine: net/http),
+// "fairgate-demo" or "fairgate-demo-nethttp" (the demo config)) on a
+// loopback port, prints the address, and serves until ctx is done.
 func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.Writer) error {
 	var h http.Handler
-	var closeFn func() error
-	var srv *http.Server // nil: a plain one
 	switch mode {
 	case "upstream":
 		body := []byte(`{"id":"me","name":"bench"}` + "\n")
@@ -110,9 +109,11 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 			Transport: proxyTransport(), ErrorLog: discardLog}
 	case "demo-upstream":
 		h = demoapi.New(demoapi.Config{Connections: 16})
-	case "fairgate", "fairgate-gc100", "fairgate-demo":
+	case "fairgate", "fairgate-gc100", "fairgate-nethttp", "fairgate-demo", "fairgate-demo-nethttp":
+		// The gateway as fairgate serve runs it (Server.Serve: its engine,
+		// timeouts and listeners), on the scenario's config or the demo's.
 		config := throughputConfig
-		if mode == "fairgate-demo" {
+		if strings.HasPrefix(mode, "fairgate-demo") {
 			config = demoConfig
 		}
 		cfg, err := config(upstream)
@@ -122,26 +123,9 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		if mode == "fairgate-gc100" {
 			cfg.Server.GCPercent = 100 // Go's default, to compare with fairgate's
 		}
-		gw, err := gateway.New(cfg, gateway.Options{})
-		if err != nil {
-			return err
+		if strings.HasSuffix(mode, "-nethttp") {
+			cfg.Server.Engine = gateway.EngineNetHTTP
 		}
-		// As fairgate serve does: the config's collector settings.
-		gateway.ApplyGC(gw.Config().Server, os.Getenv)
-		// The http.Server that serve runs (timeouts, ConnContext).
-		h, closeFn = gw.Handler(), gw.Close
-		srv, _ = gw.HTTPServers()
-	case "fairgate-fasthttp", "fairgate-demo-fasthttp":
-		// The gateway as fairgate serve runs it, on the fasthttp engine.
-		config := throughputConfig
-		if mode == "fairgate-demo-fasthttp" {
-			config = demoConfig
-		}
-		cfg, err := config(upstream)
-		if err != nil {
-			return err
-		}
-		cfg.Server.Engine = gateway.EngineFast
 		gw, err := gateway.New(cfg, gateway.Options{})
 		if err != nil {
 			return err
@@ -167,9 +151,7 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 	if err != nil {
 		return err
 	}
-	if srv == nil {
-		srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintln(stdout, ln.Addr())
 	go func() {
 		<-ctx.Done()
@@ -177,9 +159,6 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
-	}
-	if closeFn != nil {
-		return closeFn()
 	}
 	return nil
 }

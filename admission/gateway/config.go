@@ -104,9 +104,10 @@ type ServerConfig struct {
 	// 16 MiB. Set it (to ~90% of the container's memory) when a large
 	// embedded store or a high GCPercent could outgrow the container.
 	MemoryLimit int64 `yaml:"memory_limit"`
-	// Engine is the HTTP stack of the public listener: "net/http" (the
-	// default) or "fasthttp" (EngineFast), which costs a third of the CPU
-	// per request. The admin listener is net/http either way.
+	// Engine is the HTTP stack of the public listener: "fasthttp"
+	// (EngineFast, the default) or "net/http" (EngineNetHTTP), which
+	// costs 1.6-2x its CPU per request. The admin listener is net/http
+	// either way, and so is Handler, for embedders.
 	Engine string `yaml:"engine"`
 }
 
@@ -145,6 +146,9 @@ func (c Config) withDefaults() Config {
 	}
 	if s.WriteIdleTimeout == 0 {
 		s.WriteIdleTimeout = 30 * time.Second
+	}
+	if s.Engine == "" {
+		s.Engine = EngineFast
 	}
 	return c
 }
