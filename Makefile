@@ -49,14 +49,15 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Proxied req/s, 429s/s and CPU per request of each server on one core,
-# interleaved rounds at -c8 and -c64 (bench/PERF.md).
+# interleaved rounds at -c8 and -c64, wrk the load generator on the other
+# core (make bench-deps installs it; bench/PERF.md).
 bench-throughput: build
-	bin/fairgate bench --scenario throughput --rounds 3 --duration 5s --out bench-out
+	bin/fairgate bench --scenario throughput --generator wrk --rounds 3 --duration 5s --out bench-out
 
 # The flood rounds alone: an innocent tenant's p99 on the demo config, quiet
 # and during an 8,000/s flood of one over-quota key (bench/PERF.md).
 bench-flood: build
-	bin/fairgate bench --scenario throughput --rounds 3 --modes fairgate-flood,nginx-flood --out bench-out/flood
+	bin/fairgate bench --scenario throughput --rounds 3 --modes fairgate-flood,fairgate-nethttp-flood,nginx-flood --out bench-out/flood
 
 # The external servers the throughput scenario compares with (Debian
 # packages), installed when missing.

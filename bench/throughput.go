@@ -381,7 +381,7 @@ func WriteThroughput(w io.Writer, res ThroughputResult) error {
 		}
 		byKey[k][r.Mode] = r
 	}
-	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx | CPU per 200, fairgate / fairgate-gc100 | CPU per 429, fairgate / fairgate-gc100 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | CPU per 200, fairgate / nginx | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx | CPU per 200, fairgate / fairgate-nethttp | CPU per 429, fairgate / fairgate-nethttp | CPU per 200, fairgate / fairgate-gc100 | CPU per 429, fairgate / fairgate-gc100 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	keys := slices.Collect(func(yield func([2]int) bool) {
 		for k := range byKey {
 			if !yield(k) {
@@ -395,9 +395,11 @@ func WriteThroughput(w io.Writer, res ThroughputResult) error {
 		fg, rp, d, ng := m["fairgate"], m["reverseproxy"], m["direct"], m["nginx"]
 		fgRej, ngRej := m["fairgate-429"], m["nginx-429"]
 		gc, gcRej := m["fairgate-gc100"], m["fairgate-gc100-429"]
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
-			ratio(fg.OK, ng.OK), diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected),
-			ratio(fgRej.ServerCPU, ngRej.ServerCPU), ratio(fg.ServerCPU, gc.ServerCPU), ratio(fgRej.ServerCPU, gcRej.ServerCPU))
+		nh, nhRej := m["fairgate-nethttp"], m["fairgate-nethttp-429"]
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
+			ratio(fg.OK, ng.OK), ratio(fg.ServerCPU, ng.ServerCPU), diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected),
+			ratio(fgRej.ServerCPU, ngRej.ServerCPU), ratio(fg.ServerCPU, nh.ServerCPU), ratio(fgRej.ServerCPU, nhRej.ServerCPU),
+			ratio(fg.ServerCPU, gc.ServerCPU), ratio(fgRej.ServerCPU, gcRej.ServerCPU))
 	}
 	if len(res.Floods) > 0 {
 		b.WriteString("\n")
