@@ -30,10 +30,10 @@ import (
 // API; it runs once a round, not once per connection count.
 // fairgate-gc100 is fairgate with the collector at Go's default target
 // (server.gc_percent 100) instead of fairgate's (DefaultGCPercent);
-// fairgate-nethttp is fairgate on the net/http engine (server.engine)
-// instead of the default fasthttp.
-var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-nethttp", "fairgate-nethttp-429",
-	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-nethttp-flood", "nginx-flood"}
+// fairgate-fasthttp is fairgate on the fasthttp engine (server.engine)
+// instead of the default net/http.
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-fasthttp", "fairgate-fasthttp-429",
+	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-fasthttp-flood", "nginx-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -144,7 +144,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		if servers[name] == nil {
 			var c *child
 			switch name {
-			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-nethttp":
+			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-fasthttp":
 				c, err = startChild(ctx, o.Binary, name, up.url)
 			case "nginx", "haproxy":
 				if _, lerr := exec.LookPath(name); lerr != nil {
@@ -258,8 +258,8 @@ func startFloodServers(ctx context.Context, bin string, floods []string, servers
 		switch m {
 		case "fairgate-flood":
 			c, err = startChild(ctx, bin, "fairgate-demo", demo.url)
-		case "fairgate-nethttp-flood":
-			c, err = startChild(ctx, bin, "fairgate-demo-nethttp", demo.url)
+		case "fairgate-fasthttp-flood":
+			c, err = startChild(ctx, bin, "fairgate-demo-fasthttp", demo.url)
 		case "nginx-flood":
 			if _, lerr := exec.LookPath("nginx"); lerr != nil {
 				continue // reported as skipped in every round
@@ -381,7 +381,9 @@ func WriteThroughput(w io.Writer, res ThroughputResult) error {
 		}
 		byKey[k][r.Mode] = r
 	}
-	b.WriteString("\n| round | conns | fairgate / reverseproxy (200/s) | fairgate / direct (200/s) | fairgate / nginx (200/s) | CPU per 200, fairgate / nginx | fairgate CPU µs per 200 − reverseproxy's | fairgate / nginx (429/s) | CPU per 429, fairgate / nginx | CPU per 200, fairgate / fairgate-nethttp | CPU per 429, fairgate / fairgate-nethttp | CPU per 200, fairgate / fairgate-gc100 | CPU per 429, fairgate / fairgate-gc100 |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	// A row of ratios per fairgate variant that ran: the default, the
+	// fasthttp engine, and the collector at Go's default target.
+	b.WriteString("\n| round | conns | fairgate mode | ÷ reverseproxy (200/s) | ÷ direct (200/s) | ÷ nginx (200/s) | CPU per 200 ÷ nginx's | CPU µs per 200 − reverseproxy's | ÷ nginx (429/s) | CPU per 429 ÷ nginx's | CPU per 200 ÷ fairgate's | CPU per 429 ÷ fairgate's |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	keys := slices.Collect(func(yield func([2]int) bool) {
 		for k := range byKey {
 			if !yield(k) {
@@ -392,14 +394,22 @@ func WriteThroughput(w io.Writer, res ThroughputResult) error {
 	slices.SortFunc(keys, func(a, b [2]int) int { return a[0]*1e6 + a[1] - b[0]*1e6 - b[1] })
 	for _, k := range keys {
 		m := byKey[k]
-		fg, rp, d, ng := m["fairgate"], m["reverseproxy"], m["direct"], m["nginx"]
-		fgRej, ngRej := m["fairgate-429"], m["nginx-429"]
-		gc, gcRej := m["fairgate-gc100"], m["fairgate-gc100-429"]
-		nh, nhRej := m["fairgate-nethttp"], m["fairgate-nethttp-429"]
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK),
-			ratio(fg.OK, ng.OK), ratio(fg.ServerCPU, ng.ServerCPU), diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected),
-			ratio(fgRej.ServerCPU, ngRej.ServerCPU), ratio(fg.ServerCPU, nh.ServerCPU), ratio(fgRej.ServerCPU, nhRej.ServerCPU),
-			ratio(fg.ServerCPU, gc.ServerCPU), ratio(fgRej.ServerCPU, gcRej.ServerCPU))
+		rp, d, ng, ngRej := m["reverseproxy"], m["direct"], m["nginx"], m["nginx-429"]
+		base, baseRej := m["fairgate"], m["fairgate-429"]
+		for _, v := range []string{"fairgate", "fairgate-fasthttp", "fairgate-gc100"} {
+			fg, fgRej := m[v], m[v+"-429"]
+			if fg.ServerCPU == 0 && fgRej.ServerCPU == 0 && v != "fairgate" {
+				continue
+			}
+			vsBase, vsBaseRej := "—", "—"
+			if v != "fairgate" {
+				vsBase, vsBaseRej = ratio(fg.ServerCPU, base.ServerCPU), ratio(fgRej.ServerCPU, baseRej.ServerCPU)
+			}
+			fmt.Fprintf(&b, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k[0], k[1], v,
+				ratio(fg.OK, rp.OK), ratio(fg.OK, d.OK), ratio(fg.OK, ng.OK), ratio(fg.ServerCPU, ng.ServerCPU),
+				diff(fg.ServerCPU, rp.ServerCPU), ratio(fgRej.Rejected, ngRej.Rejected), ratio(fgRej.ServerCPU, ngRej.ServerCPU),
+				vsBase, vsBaseRej)
+		}
 	}
 	if len(res.Floods) > 0 {
 		b.WriteString("\n")

@@ -69,7 +69,7 @@ func TestWriteThroughputSkips(t *testing.T) {
 	if err := WriteThroughput(&b, ThroughputResult{Rows: rows}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"skipped: nginx is not installed", "| 1 | 8 | 1.20× | — | — | — | -10.0 |", "-10.0"} {
+	for _, want := range []string{"skipped: nginx is not installed", "| 1 | 8 | fairgate | 1.20× | — | — | — | -10.0 |", "-10.0"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in\n%s", want, b.String())
 		}
