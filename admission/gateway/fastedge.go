@@ -30,12 +30,9 @@ import (
 // (before the pipeline sets X-Tenant-Id, so "Connection: X-Tenant-Id"
 // cannot take it off); the pipeline; X-Forwarded-* from what fairgate saw;
 // the upstream call under the lease; the upstream's RateLimit fields
-// renamed.
-//
-// Not yet as the net/http edge: a client that goes away is noticed while
-// its request waits for a seat (goneWatcher) and while its response streams,
-// but not while the upstream call waits for the upstream's headers, which
-// runs to its timeout.
+// renamed. A client that goes away is noticed (goneWatcher) while its
+// request waits for a seat and while the upstream works, whose call then
+// ends (upstreamConns), and while its response streams (a failed write).
 
 // fastEdge serves the gateway on fasthttp.
 type fastEdge struct {

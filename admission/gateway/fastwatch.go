@@ -23,7 +23,14 @@ import (
 // connection's one epoll_ctl is paid at its accept, not per request.
 type goneWatcher struct {
 	epfd int
+	// wake is a pipe in the epoll set under ID 0 (no connection's): close
+	// writes to it, for closing the epoll fd would not wake the goroutine
+	// blocked in epoll_wait. done is closed when that goroutine returns.
+	wake [2]int
+	done chan struct{}
 	mu   sync.Mutex
+	// closed: close ran; nothing is added after it (guarded by mu).
+	closed bool
 	// byID maps each open connection's ID, which its epoll events carry
 	// (an ID and not its fd: an event read just before a connection
 	// closes must not reach the next connection on the same fd).
@@ -36,15 +43,40 @@ func newGoneWatcher() (*goneWatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &goneWatcher{epfd: fd, byID: map[uint64]*edgeConn{}}
+	w := &goneWatcher{epfd: fd, done: make(chan struct{}), byID: map[uint64]*edgeConn{}}
+	if err := syscall.Pipe2(w.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN} // ID 0
+	if err := syscall.EpollCtl(fd, syscall.EPOLL_CTL_ADD, w.wake[0], &ev); err != nil {
+		w.release()
+		return nil, err
+	}
 	go w.loop()
 	return w, nil
 }
 
-// close stops the watcher.
-func (w *goneWatcher) close() { syscall.Close(w.epfd) }
+// close stops the watcher: its goroutine returns and its descriptors are
+// closed; connections accepted after it are served unwatched.
+func (w *goneWatcher) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.closed = true
+		syscall.Write(w.wake[1], []byte{0})
+	}
+}
+
+// release closes the watcher's descriptors.
+func (w *goneWatcher) release() {
+	syscall.Close(w.epfd)
+	syscall.Close(w.wake[0])
+	syscall.Close(w.wake[1])
+}
 
 func (w *goneWatcher) loop() {
+	defer close(w.done)
 	var evs [64]syscall.EpollEvent
 	for {
 		n, err := syscall.EpollWait(w.epfd, evs[:], -1)
@@ -52,9 +84,15 @@ func (w *goneWatcher) loop() {
 			continue
 		}
 		if err != nil {
-			return // closed
+			return
 		}
 		for _, ev := range evs[:n] {
+			if ev.Fd == 0 && ev.Pad == 0 { // the wake pipe: close ran
+				w.mu.Lock()
+				w.release()
+				w.mu.Unlock()
+				return
+			}
 			// gone runs under mu, so that unwatch returns only once it
 			// has (it is short: a context's cancel, a connection's close).
 			w.mu.Lock()
@@ -85,18 +123,21 @@ func (w *goneWatcher) add(c *edgeConn) {
 	if rc.Control(func(f uintptr) { fd = int(f) }) != nil {
 		return
 	}
+	// Under mu, so that the epoll fd is not closed (and its number
+	// reused) under the epoll_ctl.
 	w.mu.Lock()
-	w.next++
-	c.id = w.next
-	w.byID[c.id] = c
-	w.mu.Unlock()
-	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR | epollET,
-		Fd: int32(uint32(c.id)), Pad: int32(uint32(c.id >> 32))}
-	if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_ADD, fd, &ev) != nil {
-		w.forget(c)
+	defer w.mu.Unlock()
+	if w.closed {
 		return
 	}
-	c.watched = true
+	w.next++
+	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR | epollET,
+		Fd: int32(uint32(w.next)), Pad: int32(uint32(w.next >> 32))}
+	if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_ADD, fd, &ev) != nil {
+		return
+	}
+	c.id, c.watched = w.next, true
+	w.byID[c.id] = c
 }
 
 // forget stops watching c, before it closes (its fd leaves the epoll

@@ -102,3 +102,27 @@ func TestGoneWatcherForgetsClosedConnections(t *testing.T) {
 		t.Fatal("a pipe was watched")
 	}
 }
+
+// TestGoneWatcherCloseStopsIt: close wakes the goroutine blocked in
+// epoll_wait, which returns (closing the epoll fd alone does not wake
+// it), and a connection accepted afterwards is served unwatched.
+func TestGoneWatcherCloseStopsIt(t *testing.T) {
+	w, err := newGoneWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := acceptWatched(t, w)
+	if !c.watched {
+		t.Fatal("a TCP connection was not added to the watcher")
+	}
+	w.close()
+	select {
+	case <-w.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher's goroutine still runs after close")
+	}
+	w.close() // twice: nothing
+	if _, late := acceptWatched(t, w); late.watched {
+		t.Fatal("a connection accepted after close was watched")
+	}
+}
