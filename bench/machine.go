@@ -19,12 +19,16 @@ type Machine struct {
 	// system has no /proc/loadavg.
 	LoadStart []float64 `json:"load_average_start,omitempty"`
 	LoadEnd   []float64 `json:"load_average_end,omitempty"`
+	// GCPercent is the Go collector's target the process ran at (-1: off;
+	// 0: not recorded). The gateway under test shares the process, so the
+	// bench sets it as fairgate serve would (see Options.GCPercent).
+	GCPercent int `json:"gc_percent,omitempty"`
 }
 
 // machineNow returns the machine's cores and its load average now, in
-// LoadStart.
-func machineNow() Machine {
-	return Machine{Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), LoadStart: loadAverage()}
+// LoadStart, with the collector target gcPercent.
+func machineNow(gcPercent int) Machine {
+	return Machine{Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), LoadStart: loadAverage(), GCPercent: gcPercent}
 }
 
 // loadAverage reads /proc/loadavg, or returns nil.
@@ -62,11 +66,18 @@ func parseLoadAvg(s string) ([]float64, error) {
 // the cores: something else (or an earlier scenario) was running.
 func (m Machine) busy() bool { return len(m.LoadStart) > 0 && m.LoadStart[0] >= float64(m.Cores)/2 }
 
-// String is the report's line, e.g. "2 cores, GOMAXPROCS 2; load average
-// (1, 5, 15 min) 0.91 0.70 0.79 at the start, 1.52 1.01 0.88 at the end".
+// String is the report's line, e.g. "2 cores, GOMAXPROCS 2, GOGC 400;
+// load average (1, 5, 15 min) 0.91 0.70 0.79 at the start, 1.52 1.01 0.88
+// at the end".
 func (m Machine) String() string {
-	s := fmt.Sprintf("%d cores, GOMAXPROCS %d; load average (1, 5, 15 min) %s at the start, %s at the end",
-		m.Cores, m.GOMAXPROCS, loadString(m.LoadStart), loadString(m.LoadEnd))
+	s := fmt.Sprintf("%d cores, GOMAXPROCS %d", m.Cores, m.GOMAXPROCS)
+	switch {
+	case m.GCPercent > 0:
+		s += fmt.Sprintf(", GOGC %d", m.GCPercent)
+	case m.GCPercent < 0:
+		s += ", GOGC off"
+	}
+	s += fmt.Sprintf("; load average (1, 5, 15 min) %s at the start, %s at the end", loadString(m.LoadStart), loadString(m.LoadEnd))
 	if m.busy() {
 		s += fmt.Sprintf(". The machine was busy when the run started (1-minute load %.2f for %d cores): latencies may be pessimistic", m.LoadStart[0], m.Cores)
 	}

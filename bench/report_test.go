@@ -205,8 +205,13 @@ func TestParseLoadAvg(t *testing.T) {
 	if !strings.Contains(m.String(), "busy") || strings.Contains(m.String(), "unknown at the start") {
 		t.Errorf("Machine.String() = %q, want a busy note", m.String())
 	}
-	if s := (Machine{Cores: 2, GOMAXPROCS: 2}).String(); !strings.Contains(s, "unknown at the start, unknown at the end") {
+	if s := (Machine{Cores: 2, GOMAXPROCS: 2}).String(); !strings.Contains(s, "unknown at the start, unknown at the end") || strings.Contains(s, "GOGC") {
 		t.Errorf("Machine.String() = %q", s)
+	}
+	for gc, want := range map[int]string{400: "GOMAXPROCS 2, GOGC 400;", -1: "GOMAXPROCS 2, GOGC off;"} {
+		if s := (Machine{Cores: 2, GOMAXPROCS: 2, GCPercent: gc}).String(); !strings.Contains(s, want) {
+			t.Errorf("Machine{GCPercent: %d}.String() = %q, want %q", gc, s, want)
+		}
 	}
 }
 

@@ -44,6 +44,13 @@ type Options struct {
 	Progress io.Writer
 	// Seed makes arrivals and mixes repeatable. Zero means 1.
 	Seed uint64
+	// GCPercent is the Go collector's target the caller set for this
+	// process, recorded in Results.Machine; zero means not recorded. Every
+	// mode's front end, the upstream and the load share one process, so
+	// the caller sets it once, as fairgate serve would
+	// (gateway.ApplyGC): a gateway measured at Go's default of 100
+	// collects four times as often as one that is served.
+	GCPercent int
 }
 
 // Results are one scenario's figures, as written to results.json.
@@ -143,7 +150,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return nil, errors.New("bench: mode fairgate-redis needs a Redis address (--redis HOST:PORT)")
 	}
 	res := &Results{Scenario: sc.Name, Description: sc.Description, DurationS: o.Duration.Seconds(), BaselineS: o.Baseline.Seconds(),
-		Baseline: sc.Baseline.String(), Seed: o.Seed, Machine: machineNow(), Targets: sc.Targets}
+		Baseline: sc.Baseline.String(), Seed: o.Seed, Machine: machineNow(o.GCPercent), Targets: sc.Targets}
 	for _, tl := range sc.Tenants {
 		if tl.Ramp != nil && tl.Role == Noisy {
 			res.RampStartS, res.RampPeakS = tl.Ramp.Start*o.Duration.Seconds(), tl.Ramp.Peak*o.Duration.Seconds()

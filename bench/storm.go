@@ -129,7 +129,7 @@ type logical struct {
 // runStorm runs retry-storm: each mode with each kind of client.
 func runStorm(ctx context.Context, sc *Scenario, o Options) (*Results, error) {
 	res := &Results{Scenario: sc.Name, Description: sc.Description, DurationS: o.Duration.Seconds(),
-		Seed: o.Seed, Machine: machineNow(), Storm: &Storm{OverloadFromS: o.Duration.Seconds() / 3, OverloadToS: 2 * o.Duration.Seconds() / 3}}
+		Seed: o.Seed, Machine: machineNow(o.GCPercent), Storm: &Storm{OverloadFromS: o.Duration.Seconds() / 3, OverloadToS: 2 * o.Duration.Seconds() / 3}}
 	for _, m := range o.Modes {
 		res.Modes = append(res.Modes, m.String())
 		for _, rt := range []Retrier{RetryAtOnce, RetryClient} {

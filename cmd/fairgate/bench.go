@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/bench"
 )
 
@@ -57,7 +58,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return throughput(ctx, o, *out, *conns, *modes, stdout)
 	}
-	o := bench.Options{Duration: *duration, RedisAddr: *redis, Seed: *seed, Progress: stderr}
+	// The gateways under test share this process with the upstream and
+	// the load, so the process's collector is set as fairgate serve sets
+	// it for the default server section (GOGC and GOMEMLIMIT still win).
+	gc := gateway.ApplyGC(gateway.ServerConfig{}, os.Getenv)
+	o := bench.Options{Duration: *duration, RedisAddr: *redis, Seed: *seed, Progress: stderr, GCPercent: gc.GCPercent}
 	if *quiet {
 		o.Progress = nil
 	}
