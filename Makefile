@@ -13,13 +13,13 @@ vet:
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
 
-# The gateway's tests run a second time on the fasthttp engine
-# (server.engine: fasthttp): every hostile-input, contract and hygiene test
-# must pass on whichever stack serves.
+# The gateway's tests run a second time on the net/http engine
+# (server.engine: net/http; fasthttp is the default): every hostile-input,
+# contract and hygiene test must pass on whichever stack serves.
 unit:
 	@jaeger=$$(.ci/deps.sh) && \
 	FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 15m ./... && \
-	FAIRGATE_TEST_ENGINE=fasthttp FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 5m ./admission/gateway/
+	FAIRGATE_TEST_ENGINE=net/http FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 5m ./admission/gateway/
 
 # Each fuzz target briefly: a count of inputs, about 3 s each on the 2-vCPU VM.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can
@@ -57,7 +57,7 @@ bench-throughput: build
 # The flood rounds alone: an innocent tenant's p99 on the demo config, quiet
 # and during an 8,000/s flood of one over-quota key (bench/PERF.md).
 bench-flood: build
-	bin/fairgate bench --scenario throughput --rounds 3 --modes fairgate-flood,fairgate-fasthttp-flood,nginx-flood --out bench-out/flood
+	bin/fairgate bench --scenario throughput --rounds 3 --modes fairgate-flood,fairgate-nethttp-flood,nginx-flood --out bench-out/flood
 
 # The external servers the throughput scenario compares with (Debian
 # packages), installed when missing.
