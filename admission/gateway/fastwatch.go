@@ -3,8 +3,11 @@ package gateway
 import (
 	"errors"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // goneWatcher tells the fasthttp edge when a client leaves. fasthttp runs
@@ -22,7 +25,10 @@ import (
 // request is then a field set under a mutex, no system call: the
 // connection's one epoll_ctl is paid at its accept, not per request.
 type goneWatcher struct {
+	// epfd is the epoll instance; file and raw are it in Go's poller.
 	epfd int
+	file *os.File
+	raw  syscall.RawConn
 	// wake is a pipe in the epoll set under ID 0 (no connection's): close
 	// writes to it, for closing the epoll fd would not wake the goroutine
 	// blocked in epoll_wait. done is closed when that goroutine returns.
@@ -36,16 +42,43 @@ type goneWatcher struct {
 	// closes must not reach the next connection on the same fd).
 	byID map[uint64]*edgeConn
 	next uint64
+	// The goroutine also sweeps the connections' deadlines (see
+	// fastdeadline.go) every `every`; now is the time of its last sweep
+	// (Unix nanoseconds), and a deadline less than near after it is the
+	// connection's own. sweeping is the sweep's list, the goroutine's.
+	every, near time.Duration
+	now         atomic.Int64
+	sweeping    []*edgeConn
 }
 
-func newGoneWatcher() (*goneWatcher, error) {
+func newGoneWatcher() (*goneWatcher, error) { return newGoneWatcherSweeping(sweepEvery, sweepNear) }
+
+// newGoneWatcherSweeping is newGoneWatcher with the deadline sweep's
+// period and nearness (tests shorten them).
+func newGoneWatcherSweeping(every, near time.Duration) (*goneWatcher, error) {
 	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	w := &goneWatcher{epfd: fd, done: make(chan struct{}), byID: map[uint64]*edgeConn{}}
-	if err := syscall.Pipe2(w.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+	// Non-blocking and in Go's own poller, so that the goroutine waits
+	// for the epoll fd to turn readable as for a socket, holding no thread
+	// in epoll_wait: with one P (GOMAXPROCS=1), a thread back from a
+	// blocking wait had to win the P back, and re-entering the wait held
+	// the P until the runtime took it back, up to milliseconds in which
+	// nothing was served.
+	if err := syscall.SetNonblock(fd, true); err != nil {
 		syscall.Close(fd)
+		return nil, err
+	}
+	w := &goneWatcher{epfd: fd, file: os.NewFile(uintptr(fd), "fairgate-gone-watcher"), done: make(chan struct{}),
+		byID: map[uint64]*edgeConn{}, every: every, near: near}
+	w.now.Store(time.Now().UnixNano())
+	if w.raw, err = w.file.SyscallConn(); err != nil {
+		w.file.Close()
+		return nil, err
+	}
+	if err := syscall.Pipe2(w.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		w.file.Close()
 		return nil, err
 	}
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN} // ID 0
@@ -70,20 +103,33 @@ func (w *goneWatcher) close() {
 
 // release closes the watcher's descriptors.
 func (w *goneWatcher) release() {
-	syscall.Close(w.epfd)
+	w.file.Close()
 	syscall.Close(w.wake[0])
 	syscall.Close(w.wake[1])
 }
 
 func (w *goneWatcher) loop() {
 	defer close(w.done)
+	defer w.unsweep()
 	var evs [64]syscall.EpollEvent
+	last := time.Now()
 	for {
-		n, err := syscall.EpollWait(w.epfd, evs[:], -1)
-		if errors.Is(err, syscall.EINTR) {
-			continue
+		// Wait for events, or for the next sweep: a deadline on the
+		// epoll fd, which the poller keeps.
+		w.file.SetReadDeadline(last.Add(w.every))
+		n, werr := 0, error(nil)
+		err := w.raw.Read(func(fd uintptr) bool {
+			n, werr = syscall.EpollWait(int(fd), evs[:], 0)
+			if werr == syscall.EINTR {
+				n, werr = 0, nil
+			}
+			return n > 0 || werr != nil
+		})
+		if now := time.Now(); now.Sub(last) >= w.every {
+			w.sweep(now)
+			last = now
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) || werr != nil {
 			return
 		}
 		for _, ev := range evs[:n] {
@@ -137,6 +183,7 @@ func (w *goneWatcher) add(c *edgeConn) {
 		return
 	}
 	c.id, c.watched = w.next, true
+	c.dl.swept = true // before c is in byID, where the sweep finds it
 	w.byID[c.id] = c
 }
 
@@ -208,6 +255,9 @@ type edgeConn struct {
 	// call when it does, set while a request is watched.
 	gone   bool
 	onGone func()
+	// dl are the connection's deadlines (fastdeadline.go), guarded by dmu.
+	dmu sync.Mutex
+	dl  edgeDeadlines
 }
 
 func newEdgeConn(c net.Conn, w *goneWatcher) *edgeConn {

@@ -1,0 +1,143 @@
+package gateway
+
+import (
+	"time"
+)
+
+// Deadlines on the fasthttp edge's connections, kept as numbers.
+//
+// fasthttp moves a connection's deadlines three times a request: the idle
+// timeout while it waits for the next request, the read timeout once that
+// request's first byte arrives, the write timeout before it answers. Each
+// move is a runtime timer update under the poller's lock; on a flood of
+// 429s that was ~5% of the CPU per answer. A deadline of seconds need not
+// be exact to the microsecond, so an edgeConn keeps its read and write
+// deadlines as numbers (a mutex and two stores), and the watcher's
+// goroutine, which already wakes for every connection, sweeps them every
+// sweepEvery: a deadline that has passed is then set on the connection
+// itself, in the past, which fails its blocked read or write at once with
+// os.ErrDeadlineExceeded, as the runtime's timer would have.
+//
+// A deadline fires up to sweepEvery late, so only those more than
+// sweepNear away are kept this way (late by at most 1/16 of their span,
+// and at most 2% of the default read_header_timeout);
+// a nearer one, or one in the past (a shutdown waking its reader), is set
+// on the connection at once, exactly.
+const (
+	sweepEvery = 100 * time.Millisecond
+	sweepNear  = 16 * sweepEvery
+)
+
+// edgeDeadlines are an edgeConn's read and write deadlines, guarded by its
+// dmu.
+type edgeDeadlines struct {
+	// swept: the watcher sweeps this connection's deadlines. False on a
+	// connection it could not add, and once it has closed: the deadlines
+	// are then the connection's own.
+	swept bool
+	// want is the read [0] and write [1] deadline in Unix nanoseconds
+	// that the sweep enforces; 0 is none.
+	want [2]int64
+	// set says the connection's own deadline is set (near, or swept when
+	// it passed); a later deadline must clear it.
+	set [2]bool
+}
+
+const (
+	readSide  = 0
+	writeSide = 1
+)
+
+func (c *edgeConn) SetReadDeadline(t time.Time) error { return c.setDeadline(readSide, t) }
+
+func (c *edgeConn) SetWriteDeadline(t time.Time) error { return c.setDeadline(writeSide, t) }
+
+func (c *edgeConn) SetDeadline(t time.Time) error {
+	if err := c.setDeadline(readSide, t); err != nil {
+		return err
+	}
+	return c.setDeadline(writeSide, t)
+}
+
+func (c *edgeConn) setDeadline(side int, t time.Time) error {
+	var v int64
+	if !t.IsZero() {
+		v = t.UnixNano()
+	}
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	d := &c.dl
+	if !d.swept || v != 0 && v-c.w.now.Load() < int64(c.w.near) {
+		d.want[side], d.set[side] = 0, !t.IsZero()
+		return c.own(side, t)
+	}
+	d.want[side] = v
+	if d.set[side] {
+		d.set[side] = false
+		return c.own(side, time.Time{})
+	}
+	return nil
+}
+
+// own sets the connection's own deadline on side.
+func (c *edgeConn) own(side int, t time.Time) error {
+	if side == readSide {
+		return c.Conn.SetReadDeadline(t)
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// expire sets each of c's deadlines that has passed by now (Unix
+// nanoseconds) on the connection, which fails its blocked read or write.
+func (c *edgeConn) expire(now int64) {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	d := &c.dl
+	for side, v := range d.want {
+		if v != 0 && v <= now {
+			d.want[side], d.set[side] = 0, true
+			c.own(side, time.Unix(0, v))
+		}
+	}
+}
+
+// unsweep hands c's deadlines to the connection itself: the watcher stops.
+func (c *edgeConn) unsweep() {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	d := &c.dl
+	d.swept = false
+	for side, v := range d.want {
+		if v != 0 {
+			d.want[side], d.set[side] = 0, true
+			c.own(side, time.Unix(0, v))
+		}
+	}
+}
+
+// unsweep hands every connection's deadlines back to it, as the watcher
+// stops.
+func (w *goneWatcher) unsweep() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.byID {
+		c.unsweep()
+	}
+}
+
+// sweep enforces the deadlines that have passed, on every connection the
+// watcher has.
+func (w *goneWatcher) sweep(now time.Time) {
+	n := now.UnixNano()
+	w.now.Store(n)
+	w.mu.Lock()
+	w.sweeping = w.sweeping[:0]
+	for _, c := range w.byID {
+		w.sweeping = append(w.sweeping, c)
+	}
+	w.mu.Unlock()
+	for i, c := range w.sweeping {
+		c.expire(n)
+		w.sweeping[i] = nil
+	}
+}
