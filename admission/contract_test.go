@@ -32,3 +32,15 @@ func FuzzAppendJSONString(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAppendRejection: a 429's JSON body, the message a rate
+// rejection's.
+func BenchmarkAppendRejection(b *testing.B) {
+	r := Rejection{Error: "rate_limited", Layer: "rate", Reason: "tenant_quota", RetryAfter: 3, RequestID: "38b098529c57a1d9",
+		Message: "Tenant flood is over its flood rate quota (GET /api/v1/users/me costs 1 tokens). Retry after 3s."}
+	buf := make([]byte, 0, 512)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = appendRejection(buf[:0], &r)
+	}
+}

@@ -30,17 +30,16 @@ type Exchange interface {
 }
 
 // Admit is what the middleware does, for an HTTP stack other than net/http:
-// it reads a trusted caller's priority, strips the headers a client may
-// not set, decides req, records and logs the decision, and sets the
-// answer's RateLimit fields on x. A rejection is written to x in full. An
-// admitted request's X-Tenant-Id and X-Tenant-Tier are set on x's request,
+// it reads a trusted caller's priority, decides req, records and logs the
+// decision, and sets the answer's RateLimit fields on x. A rejection is
+// written to x in full. An admitted request has the headers a client may
+// not set stripped, its X-Tenant-Id and X-Tenant-Tier set on x's request,
 // and its credential removed when the config hides credentials; the caller
 // then drives the decision's lease (StartUpstream, Answered, Release).
 // reqID is the request's X-Request-Id, already on the answer. The error is
 // ctx's, when the client went away while the pipeline decided.
 func (g *Gate) Admit(ctx context.Context, req Request, x Exchange, reqID string) (Decision, error) {
 	req.Priority, req.HasPriority = g.trustedPriorityOf(x.RequestHeader(HeaderPriority), req.RemoteAddr)
-	x.StripRequestHeaders(IsClientHeader)
 	d, err := g.check(ctx, req)
 	if err != nil {
 		return d, err
@@ -60,6 +59,9 @@ func (g *Gate) Admit(ctx context.Context, req Request, x Exchange, reqID string)
 		x.Answer(buf.answer(d.Reason, d.RetryAfter, reqID, msgArgs{d.Tenant, d.Route, d.detail}, set))
 		return d, nil
 	}
+	// Only a request that goes on to the upstream needs its client-set
+	// fields stripped: the pipeline read none of them.
+	x.StripRequestHeaders(IsClientHeader)
 	if k := credentialHeader(d.credential); k != "" && g.cfg.Load().hideCredentials {
 		x.DelRequestHeader(k)
 	}
