@@ -60,12 +60,18 @@ func WriteReason(w http.ResponseWriter, r Reason, retry time.Duration, reqID, de
 // rejectBuffers are the buffers a rejection's message and JSON body are
 // appended to before the body is written (the ResponseWriter copies it).
 var rejectBuffers = sync.Pool{New: func() any {
-	return &rejectBuffer{msg: make([]byte, 0, 256), body: make([]byte, 0, 512)}
+	b := &rejectBuffer{msg: make([]byte, 0, 256), body: make([]byte, 0, 512)}
+	b.recordFn = b.last.record
+	return b
 }}
 
 type rejectBuffer struct {
 	msg, body []byte
 	num       [20]byte // Retry-After's digits
+	// last is the last rejection reject rendered; recordFn is
+	// last.record, made once.
+	last     renderedRejection
+	recordFn func(key string, v []byte)
 }
 
 // writeReason is the one place an answer of fairgate's own becomes a

@@ -54,11 +54,11 @@ func (g *Gate) Admit(ctx context.Context, req Request, x Exchange, reqID string)
 	buf := rejectBuffers.Get().(*rejectBuffer)
 	defer rejectBuffers.Put(buf)
 	set := func(key string, v []byte) { x.SetAnswerHeader(key, v) }
-	buf.msg = setRateLimitHeaders(&d, buf.msg[:0], set)
 	if !d.Allowed {
-		x.Answer(buf.answer(d.Reason, d.RetryAfter, reqID, msgArgs{d.Tenant, d.Route, d.detail}, set))
+		x.Answer(buf.reject(&d, reqID, set))
 		return d, nil
 	}
+	buf.msg = setRateLimitHeaders(&d, buf.msg[:0], set)
 	// Only a request that goes on to the upstream needs its client-set
 	// fields stripped: the pipeline read none of them.
 	x.StripRequestHeaders(IsClientHeader)
