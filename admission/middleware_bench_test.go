@@ -59,6 +59,16 @@ func BenchmarkMiddlewareAdmit(b *testing.B) {
 // BenchmarkMiddlewareReject is a tenant far over its quota: every request
 // is answered 429 by the rate layer, the cost of a rejection under a flood.
 func BenchmarkMiddlewareReject(b *testing.B) {
+	g := floodGate(b)
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	h.ServeHTTP(&benchWriter{h: http.Header{}}, flood(b)) // spend the burst
+	benchMiddleware(b, h, "flood-key", http.StatusTooManyRequests)
+}
+
+// floodGate is a gate whose tenant "noisy" (key flood-key) has a burst of
+// one token and a token every 1000 s: every request after its first is
+// rejected by the rate layer.
+func floodGate(b *testing.B) *Gate {
 	reg, err := tenant.NewRegistry(tenant.Config{
 		Tiers:   map[string]tenant.TierConfig{"free": {Rate: 1e-3, Burst: 1}},
 		Tenants: []tenant.TenantConfig{{ID: "noisy", Tier: "free", APIKeysSHA256: []string{tenant.HashKey("flood-key")}}},
@@ -70,9 +80,7 @@ func BenchmarkMiddlewareReject(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	h.ServeHTTP(&benchWriter{h: http.Header{}}, flood(b)) // spend the burst
-	benchMiddleware(b, h, "flood-key", http.StatusTooManyRequests)
+	return g
 }
 
 func flood(b *testing.B) *http.Request {

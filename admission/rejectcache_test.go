@@ -120,17 +120,7 @@ func TestRejectReplaysOnlyTheSame(t *testing.T) {
 // BenchmarkReject is a flood's rejection rendered from the last one (the
 // same answer but for its request ID) and fresh.
 func BenchmarkReject(b *testing.B) {
-	reg, err := tenant.NewRegistry(tenant.Config{
-		Tiers:   map[string]tenant.TierConfig{"free": {Rate: 1e-3, Burst: 1}},
-		Tenants: []tenant.TenantConfig{{ID: "noisy", Tier: "free", APIKeysSHA256: []string{tenant.HashKey("flood-key")}}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := New(Config{Routes: []RouteConfig{{Method: "GET", Path: "/api/v1/users/me", Cost: 1}}}, reg, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	g := floodGate(b)
 	r := req("flood-key", "GET", "/api/v1/users/me")
 	g.check(context.Background(), r)
 	d, _ := g.check(context.Background(), r)
