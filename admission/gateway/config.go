@@ -106,7 +106,7 @@ type ServerConfig struct {
 	MemoryLimit int64 `yaml:"memory_limit"`
 	// Engine is the HTTP stack of the public listener: "fasthttp"
 	// (EngineFast, the default) or "net/http" (EngineNetHTTP), which
-	// costs 1.6-2.5x its CPU per request. The admin listener is net/http
+	// costs 1.6-2.6x its CPU per request. The admin listener is net/http
 	// either way, and so is Handler, for embedders.
 	Engine string `yaml:"engine"`
 }

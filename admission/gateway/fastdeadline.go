@@ -35,8 +35,8 @@ type edgeDeadlines struct {
 	// connection it could not add, and once it has closed: the deadlines
 	// are then the connection's own.
 	swept bool
-	// want is the read [0] and write [1] deadline in Unix nanoseconds
-	// that the sweep enforces; 0 is none.
+	// want is the read [0] and write [1] deadline that the sweep
+	// enforces, as goneWatcher.since gives it; 0 is none.
 	want [2]int64
 	// set says the connection's own deadline is set (near, or swept when
 	// it passed); a later deadline must clear it.
@@ -62,7 +62,7 @@ func (c *edgeConn) SetDeadline(t time.Time) error {
 func (c *edgeConn) setDeadline(side int, t time.Time) error {
 	var v int64
 	if !t.IsZero() {
-		v = t.UnixNano()
+		v = max(c.w.since(t), 1) // 0 is none
 	}
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
@@ -87,8 +87,8 @@ func (c *edgeConn) own(side int, t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// expire sets each of c's deadlines that has passed by now (Unix
-// nanoseconds) on the connection, which fails its blocked read or write.
+// expire sets each of c's deadlines that has passed by now (w.since) on
+// the connection, which fails its blocked read or write.
 func (c *edgeConn) expire(now int64) {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
@@ -96,7 +96,7 @@ func (c *edgeConn) expire(now int64) {
 	for side, v := range d.want {
 		if v != 0 && v <= now {
 			d.want[side], d.set[side] = 0, true
-			c.own(side, time.Unix(0, v))
+			c.own(side, c.w.at(v))
 		}
 	}
 }
@@ -110,25 +110,23 @@ func (c *edgeConn) unsweep() {
 	for side, v := range d.want {
 		if v != 0 {
 			d.want[side], d.set[side] = 0, true
-			c.own(side, time.Unix(0, v))
+			c.own(side, c.w.at(v))
 		}
 	}
 }
 
-// unsweep hands every connection's deadlines back to it, as the watcher
-// stops.
-func (w *goneWatcher) unsweep() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, c := range w.byID {
-		c.unsweep()
-	}
-}
+// since is t in the watcher's own nanoseconds, on the monotonic clock
+// when t has its reading (time.Now and what is added to it do), so that a
+// step of the wall clock neither fires every deadline at once nor holds
+// them all back. at is its inverse.
+func (w *goneWatcher) since(t time.Time) int64 { return int64(t.Sub(w.base)) }
+
+func (w *goneWatcher) at(v int64) time.Time { return w.base.Add(time.Duration(v)) }
 
 // sweep enforces the deadlines that have passed, on every connection the
 // watcher has.
 func (w *goneWatcher) sweep(now time.Time) {
-	n := now.UnixNano()
+	n := w.since(now)
 	w.now.Store(n)
 	w.mu.Lock()
 	w.sweeping = w.sweeping[:0]

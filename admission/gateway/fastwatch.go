@@ -30,12 +30,13 @@ type goneWatcher struct {
 	file *os.File
 	raw  syscall.RawConn
 	// wake is a pipe in the epoll set under ID 0 (no connection's): close
-	// writes to it, for closing the epoll fd would not wake the goroutine
-	// blocked in epoll_wait. done is closed when that goroutine returns.
+	// writes to it, which wakes the goroutine waiting on the epoll fd.
+	// done is closed when that goroutine returns.
 	wake [2]int
 	done chan struct{}
 	mu   sync.Mutex
-	// closed: close ran; nothing is added after it (guarded by mu).
+	// closed: close ran, or the goroutine stopped; nothing is added after
+	// it (guarded by mu).
 	closed bool
 	// byID maps each open connection's ID, which its epoll events carry
 	// (an ID and not its fd: an event read just before a connection
@@ -44,9 +45,10 @@ type goneWatcher struct {
 	next uint64
 	// The goroutine also sweeps the connections' deadlines (see
 	// fastdeadline.go) every `every`; now is the time of its last sweep
-	// (Unix nanoseconds), and a deadline less than near after it is the
-	// connection's own. sweeping is the sweep's list, the goroutine's.
+	// (since base, see since), and a deadline less than near after it is
+	// the connection's own. sweeping is the sweep's list, the goroutine's.
 	every, near time.Duration
+	base        time.Time
 	now         atomic.Int64
 	sweeping    []*edgeConn
 }
@@ -71,8 +73,8 @@ func newGoneWatcherSweeping(every, near time.Duration) (*goneWatcher, error) {
 		return nil, err
 	}
 	w := &goneWatcher{epfd: fd, file: os.NewFile(uintptr(fd), "fairgate-gone-watcher"), done: make(chan struct{}),
-		byID: map[uint64]*edgeConn{}, every: every, near: near}
-	w.now.Store(time.Now().UnixNano())
+		byID: map[uint64]*edgeConn{}, every: every, near: near, base: time.Now()}
+	w.now.Store(w.since(time.Now()))
 	if w.raw, err = w.file.SyscallConn(); err != nil {
 		w.file.Close()
 		return nil, err
@@ -101,6 +103,20 @@ func (w *goneWatcher) close() {
 	}
 }
 
+// stop ends the watcher as its goroutine returns, after close or a
+// failure of the epoll fd: nothing is added after it, every connection
+// gets its deadlines back (edgeConn.unsweep), and the descriptors are
+// closed.
+func (w *goneWatcher) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	for _, c := range w.byID {
+		c.unsweep()
+	}
+	w.release()
+}
+
 // release closes the watcher's descriptors.
 func (w *goneWatcher) release() {
 	w.file.Close()
@@ -110,7 +126,7 @@ func (w *goneWatcher) release() {
 
 func (w *goneWatcher) loop() {
 	defer close(w.done)
-	defer w.unsweep()
+	defer w.stop()
 	var evs [64]syscall.EpollEvent
 	last := time.Now()
 	for {
@@ -134,9 +150,6 @@ func (w *goneWatcher) loop() {
 		}
 		for _, ev := range evs[:n] {
 			if ev.Fd == 0 && ev.Pad == 0 { // the wake pipe: close ran
-				w.mu.Lock()
-				w.release()
-				w.mu.Unlock()
 				return
 			}
 			// gone runs under mu, so that unwatch returns only once it
