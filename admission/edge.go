@@ -37,7 +37,9 @@ type Exchange interface {
 // and its credential removed when the config hides credentials; the caller
 // then drives the decision's lease (StartUpstream, Answered, Release).
 // reqID is the request's X-Request-Id, already on the answer. The error is
-// ctx's, when the client went away while the pipeline decided.
+// ctx's, when the client went away while the pipeline decided. The
+// pipeline keeps none of req's strings (path, header values) past the
+// call, so they may be views of the caller's buffers.
 func (g *Gate) Admit(ctx context.Context, req Request, x Exchange, reqID string) (Decision, error) {
 	req.Priority, req.HasPriority = g.trustedPriorityOf(x.RequestHeader(HeaderPriority), req.RemoteAddr)
 	d, err := g.check(ctx, req)

@@ -184,12 +184,16 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 			}
 		}()
 	}
-	req := admission.Request{Method: method, Path: string(rc.Path()), Header: x.creds,
+	// The path and the credentials are views of the request's buffers:
+	// Admit keeps none of a request's strings, and nothing changes the
+	// request before it returns.
+	req := admission.Request{Method: method, Path: b2s(rc.Path()), Header: x.creds,
 		RemoteAddr: remote, ReadBody: x.readBodyFn}
 	if raw := rc.URI().PathOriginal(); bytes.IndexByte(raw, '%') >= 0 {
-		req.RawPath = string(raw)
+		req.RawPath = b2s(raw)
 	}
 	d, err := e.s.gate.Admit(ctx, req, x, reqID)
+	clear(x.creds) // views that the changes below may overwrite
 	// The watch runs on through the upstream call (stopped there).
 	defer x.stopWatch()
 	if err != nil {

@@ -69,13 +69,17 @@ func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
 }
 
 // setCredentials puts h's credential fields in x.creds, for the pipeline.
+// The values are views of h's buffer, not copies: the pipeline reads them
+// once, to hash the key, during Admit (which keeps none of a request's
+// strings), before anything changes h; exchange clears x.creds after it.
+// So the raw key is never copied to the heap either.
 func (x *fastExchange) setCredentials(h *fasthttp.RequestHeader) {
 	if v := h.Peek("Authorization"); len(v) > 0 {
-		x.credVals[0] = string(v)
+		x.credVals[0] = b2s(v)
 		x.creds["Authorization"] = x.credVals[:1:1]
 	}
 	if v := h.PeekBytes([]byte("X-Api-Key")); v != nil {
-		x.credVals[1] = string(v)
+		x.credVals[1] = b2s(v)
 		x.creds["X-Api-Key"] = x.credVals[1:2:2]
 	}
 }
