@@ -67,7 +67,11 @@ func (c *edgeConn) setDeadline(side int, t time.Time) error {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	d := &c.dl
-	if !d.swept || v != 0 && v-c.w.now.Load() < int64(c.w.near) {
+	// A time without a monotonic reading (not time.Now's, nor one added
+	// to it) is wall clock alone, which the sweep's monotonic clock
+	// cannot compare with once the wall clock has been stepped: it is
+	// the connection's own, as net.Conn would take it.
+	if !d.swept || v != 0 && (v-c.w.now.Load() < int64(c.w.near) || t == t.Round(0)) {
 		d.want[side], d.set[side] = 0, !t.IsZero()
 		return c.own(side, t)
 	}

@@ -143,6 +143,53 @@ func TestNearDeadlineIsExact(t *testing.T) {
 	}
 }
 
+// TestWallClockDeadlineIsOwn: a deadline without a monotonic reading is
+// the connection's own, since the sweep's clock is monotonic.
+func TestWallClockDeadlineIsOwn(t *testing.T) {
+	w := sweepingWatcher(t)
+	_, c := acceptWatched(t, w)
+	c.SetReadDeadline(time.Now().Add(time.Hour).Round(0))
+	if kept(c, readSide) {
+		t.Fatal("a wall-clock deadline was kept for the sweep")
+	}
+	c.SetReadDeadline(time.Now().Add(time.Hour))
+	if !kept(c, readSide) {
+		t.Fatal("a monotonic deadline an hour away was not kept for the sweep")
+	}
+}
+
+// TestLongSweepsStillWatch: sweeps that take longer than the sweep's
+// period (here a microsecond, over a hundred connections) still leave the
+// watcher reading its events: a client that leaves is told, and close
+// stops it. When the next wait was armed from the sweep's start, its
+// deadline had passed before the wait, the poller returned at once, and
+// the goroutine swept back to back without reading either.
+func TestLongSweepsStillWatch(t *testing.T) {
+	w, err := newGoneWatcherSweeping(time.Microsecond, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, c := acceptWatched(t, w)
+	for range 100 {
+		_, o := acceptWatched(t, w)
+		o.SetReadDeadline(time.Now().Add(time.Hour))
+	}
+	gone := make(chan struct{})
+	w.watch(c, func() { close(gone) })
+	client.Close()
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client's leaving was not told within 5 s")
+	}
+	w.close()
+	select {
+	case <-w.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher's goroutine still ran 5 s after close")
+	}
+}
+
 // TestClosedWatcherHandsDeadlinesBack: when the watcher stops, a kept
 // deadline becomes the connection's own and still fires.
 func TestClosedWatcherHandsDeadlinesBack(t *testing.T) {

@@ -194,6 +194,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	}
 	d, err := e.s.gate.Admit(ctx, req, x, reqID)
 	clear(x.creds) // views that the changes below may overwrite
+	x.credVals = [2]string{}
 	// The watch runs on through the upstream call (stopped there).
 	defer x.stopWatch()
 	if err != nil {

@@ -143,7 +143,12 @@ func (w *goneWatcher) loop() {
 		})
 		if now := time.Now(); now.Sub(last) >= w.every {
 			w.sweep(now)
-			last = now
+			// The next wait is armed from the sweep's end: armed from
+			// its start, a sweep longer than every would leave a
+			// deadline already past, the poller would return at once
+			// without calling EpollWait, and the loop would sweep on
+			// and on, never reading an event or the wake pipe.
+			last = time.Now()
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) || werr != nil {
 			return
