@@ -177,17 +177,9 @@ func TestLongSweepsStillWatch(t *testing.T) {
 	gone := make(chan struct{})
 	w.watch(c, func() { close(gone) })
 	client.Close()
-	select {
-	case <-gone:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the client's leaving was not told within 5 s")
-	}
+	closedWithin5s(t, gone, "the client's leaving was not told within 5 s")
 	w.close()
-	select {
-	case <-w.done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watcher's goroutine still ran 5 s after close")
-	}
+	closedWithin5s(t, w.done, "the watcher's goroutine still ran 5 s after close")
 }
 
 // TestClosedWatcherHandsDeadlinesBack: when the watcher stops, a kept

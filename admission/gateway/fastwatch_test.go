@@ -15,6 +15,17 @@ func newTestWatcher(t *testing.T) *goneWatcher {
 	return w
 }
 
+// closedWithin5s fails t with msg unless ch is closed within 5 s (a bound
+// on a wait that should end at once, not a timing).
+func closedWithin5s(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal(msg)
+	}
+}
+
 // acceptWatched returns both ends of a loopback TCP connection, the
 // server's accepted through an edgeListener on w.
 func acceptWatched(t *testing.T, w *goneWatcher) (client net.Conn, server *edgeConn) {
@@ -60,11 +71,7 @@ func TestGoneWatcherKeepsConnections(t *testing.T) {
 	second := make(chan struct{})
 	w.watch(c, func() { close(second) })
 	client.Close()
-	select {
-	case <-second:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watched request was not told that its client left")
-	}
+	closedWithin5s(t, second, "the watched request was not told that its client left")
 	w.unwatch(c)
 	select {
 	case <-first:
@@ -116,11 +123,7 @@ func TestGoneWatcherCloseStopsIt(t *testing.T) {
 		t.Fatal("a TCP connection was not added to the watcher")
 	}
 	w.close()
-	select {
-	case <-w.done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watcher's goroutine still runs after close")
-	}
+	closedWithin5s(t, w.done, "the watcher's goroutine still runs 5 s after close")
 	w.close() // twice: nothing
 	if _, late := acceptWatched(t, w); late.watched {
 		t.Fatal("a connection accepted after close was watched")
