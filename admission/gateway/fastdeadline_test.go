@@ -106,16 +106,25 @@ func TestSweptWriteDeadlineFires(t *testing.T) {
 func TestMovedDeadlineDoesNotFire(t *testing.T) {
 	w := sweepingWatcher(t)
 	client, c := acceptWatched(t, w)
-	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	first := time.Now().Add(50 * time.Millisecond)
+	c.SetReadDeadline(first)
 	c.SetReadDeadline(time.Now().Add(time.Hour)) // moved, as for the next request
+	// The client writes once a sweep has run after the first deadline
+	// (the watcher's clock, polled): a read blocked until then would have
+	// failed had the sweep kept the first deadline.
+	swept := make(chan struct{})
 	go func() {
-		time.Sleep(200 * time.Millisecond) // well past the first deadline
+		defer close(swept)
+		for w.now.Load() <= w.since(first) {
+			time.Sleep(time.Millisecond)
+		}
 		client.Write([]byte("x"))
 	}()
 	var b [1]byte
 	if _, err := c.Read(b[:]); err != nil {
 		t.Fatalf("read failed with %v after its deadline was moved an hour on", err)
 	}
+	closedWithin5s(t, swept, "no sweep ran after the first deadline")
 
 	// Fired, then cleared: the connection reads again.
 	c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
