@@ -87,11 +87,17 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		if g.log.Enabled(ctx, slog.LevelDebug) {
 			g.logDecision(ctx, dp, reqID)
 		}
-		writeRateLimitHeaders(h, dp, t)
 		if !dp.Allowed {
-			writeReason(w, dp.Reason, dp.RetryAfter, reqID, msgArgs{dp.Tenant, dp.Route, dp.detail}, t)
+			// From the pooled buffer's last rendering when it is the same
+			// (rejectBuffer.reject): under a flood it is.
+			buf := rejectBuffers.Get().(*rejectBuffer)
+			status, body := buf.reject(dp, reqID, func(key string, v []byte) { t.set(h, key, v) })
+			w.WriteHeader(status)
+			w.Write(body)
+			rejectBuffers.Put(buf)
 			return
 		}
+		writeRateLimitHeaders(h, dp, t)
 		tw := &st.tw
 		tw.ResponseWriter = w
 		defer func() {
