@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math"
 	"time"
 )
 
@@ -96,23 +97,23 @@ func (c *edgeConn) own(side int, t time.Time) error {
 func (c *edgeConn) expire(now int64) {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
-	d := &c.dl
-	for side, v := range d.want {
-		if v != 0 && v <= now {
-			d.want[side], d.set[side] = 0, true
-			c.own(side, c.w.at(v))
-		}
-	}
+	c.handBack(now)
 }
 
 // unsweep hands c's deadlines to the connection itself: the watcher stops.
 func (c *edgeConn) unsweep() {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
+	c.dl.swept = false
+	c.handBack(math.MaxInt64)
+}
+
+// handBack sets each of c's kept deadlines up to upTo on the connection
+// itself; c.dmu is held.
+func (c *edgeConn) handBack(upTo int64) {
 	d := &c.dl
-	d.swept = false
 	for side, v := range d.want {
-		if v != 0 {
+		if v != 0 && v <= upTo {
 			d.want[side], d.set[side] = 0, true
 			c.own(side, c.w.at(v))
 		}
