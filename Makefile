@@ -8,18 +8,23 @@ GO      ?= go
 # fuzz target for a few seconds.
 test: vet unit fuzz-short
 
-# go.mod must be tidy: every module used listed directly, none unused.
+# go.mod must be tidy: every module used listed directly, none unused;
+# and the tree builds on macOS and Windows as well as Linux.
 vet:
 	$(GO) mod tidy -diff
 	$(GO) vet ./...
+	GOOS=darwin $(GO) build ./...
+	GOOS=windows $(GO) build ./...
 
-# The gateway's tests run a second time on the net/http engine
-# (server.engine: net/http; fasthttp is the default): every hostile-input,
-# contract and hygiene test must pass on whichever stack serves.
+# The gateway's tests run a second time on the fasthttp engine
+# (server.engine: fasthttp; net/http is the default): every hostile-input,
+# contract and hygiene test must pass on whichever stack serves. The
+# conformance suite (admission/gateway/conformance_test.go) runs every
+# engine itself.
 unit:
 	@jaeger=$$(.ci/deps.sh) && \
 	FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 15m ./... && \
-	FAIRGATE_TEST_ENGINE=net/http FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 5m ./admission/gateway/
+	FAIRGATE_TEST_ENGINE=fasthttp FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 5m ./admission/gateway/
 
 # Each fuzz target briefly: a count of inputs, about 3 s each on the 2-vCPU VM.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can
@@ -40,6 +45,7 @@ fuzz-short:
 	$(call fuzz,FuzzParseRules,5000x,./admission/rls)
 	$(call fuzz,FuzzShouldRateLimit,15000x,./admission/rls)
 	$(call fuzz,FuzzRateLimitField,10000x,./client)
+	$(call fuzz,FuzzRead,20000x,./internal/proxyproto)
 
 build:
 	$(GO) build -o bin/fairgate ./cmd/fairgate
@@ -57,7 +63,7 @@ bench-throughput: build
 # The flood rounds alone: an innocent tenant's p99 on the demo config, quiet
 # and during an 8,000/s flood of one over-quota key (bench/PERF.md).
 bench-flood: build
-	bin/fairgate bench --scenario throughput --rounds 3 --modes fairgate-flood,fairgate-nethttp-flood,nginx-flood --out bench-out/flood
+	bin/fairgate bench --scenario throughput --rounds 3 --modes fairgate-flood,fairgate-fasthttp-flood,nginx-flood --out bench-out/flood
 
 # The external servers the throughput scenario compares with (Debian
 # packages), installed when missing.

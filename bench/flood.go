@@ -58,7 +58,7 @@ const (
 // FloodRow is one flood round of one server.
 type FloodRow struct {
 	Round int
-	// Mode is fairgate-flood, fairgate-nethttp-flood or nginx-flood.
+	// Mode is fairgate-flood, fairgate-fasthttp-flood or nginx-flood.
 	Mode string
 	// Skipped says why the mode did not run (its binary is missing).
 	Skipped string

@@ -30,10 +30,10 @@ import (
 // API; it runs once a round, not once per connection count.
 // fairgate-gc100 is fairgate with the collector at Go's default target
 // (server.gc_percent 100) instead of fairgate's (DefaultGCPercent);
-// fairgate-nethttp is fairgate on the net/http engine (server.engine)
-// instead of the default fasthttp.
-var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-nethttp", "fairgate-nethttp-429",
-	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-nethttp-flood", "nginx-flood"}
+// fairgate-fasthttp is fairgate on the opt-in fasthttp engine
+// (server.engine) instead of the default net/http.
+var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-fasthttp", "fairgate-fasthttp-429",
+	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-fasthttp-flood", "nginx-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -144,7 +144,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		if servers[name] == nil {
 			var c *child
 			switch name {
-			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-nethttp":
+			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-fasthttp":
 				c, err = startChild(ctx, o.Binary, name, up.url)
 			case "nginx", "haproxy":
 				if _, lerr := exec.LookPath(name); lerr != nil {
@@ -258,8 +258,8 @@ func startFloodServers(ctx context.Context, bin string, floods []string, servers
 		switch m {
 		case "fairgate-flood":
 			c, err = startChild(ctx, bin, "fairgate-demo", demo.url)
-		case "fairgate-nethttp-flood":
-			c, err = startChild(ctx, bin, "fairgate-demo-nethttp", demo.url)
+		case "fairgate-fasthttp-flood":
+			c, err = startChild(ctx, bin, "fairgate-demo-fasthttp", demo.url)
 		case "nginx-flood":
 			if _, lerr := exec.LookPath("nginx"); lerr != nil {
 				continue // reported as skipped in every round
@@ -396,7 +396,7 @@ func WriteThroughput(w io.Writer, res ThroughputResult) error {
 		m := byKey[k]
 		rp, d, ng, ngRej := m["reverseproxy"], m["direct"], m["nginx"], m["nginx-429"]
 		base, baseRej := m["fairgate"], m["fairgate-429"]
-		for _, v := range []string{"fairgate", "fairgate-nethttp", "fairgate-gc100"} {
+		for _, v := range []string{"fairgate", "fairgate-fasthttp", "fairgate-gc100"} {
 			fg, fgRej := m[v], m[v+"-429"]
 			if fg.ServerCPU == 0 && fgRej.ServerCPU == 0 && v != "fairgate" {
 				continue

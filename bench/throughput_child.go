@@ -88,8 +88,8 @@ func cpuOf(pid int) time.Duration {
 // ServeThroughputChild is the bench-server subcommand: it serves mode
 // ("upstream", "demo-upstream" (the demo API), or in front of upstream
 // "reverseproxy", "fairgate", "fairgate-gc100" (server.gc_percent 100,
-// Go's default), "fairgate-nethttp" (server.engine: net/http),
-// "fairgate-demo" or "fairgate-demo-nethttp" (the demo config)) on a
+// Go's default), "fairgate-fasthttp" (server.engine: fasthttp),
+// "fairgate-demo" or "fairgate-demo-fasthttp" (the demo config)) on a
 // loopback port, prints the address, and serves until ctx is done.
 func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.Writer) error {
 	var h http.Handler
@@ -109,7 +109,7 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 			Transport: proxyTransport(), ErrorLog: discardLog}
 	case "demo-upstream":
 		h = demoapi.New(demoapi.Config{Connections: 16})
-	case "fairgate", "fairgate-gc100", "fairgate-nethttp", "fairgate-demo", "fairgate-demo-nethttp":
+	case "fairgate", "fairgate-gc100", "fairgate-fasthttp", "fairgate-demo", "fairgate-demo-fasthttp":
 		// The gateway as fairgate serve runs it (Server.Serve: its engine,
 		// timeouts and listeners), on the scenario's config or the demo's.
 		config := throughputConfig
@@ -123,8 +123,8 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		if mode == "fairgate-gc100" {
 			cfg.Server.GCPercent = 100 // Go's default, to compare with fairgate's
 		}
-		if strings.HasSuffix(mode, "-nethttp") {
-			cfg.Server.Engine = gateway.EngineNetHTTP
+		if strings.HasSuffix(mode, "-fasthttp") {
+			cfg.Server.Engine = gateway.EngineFast
 		}
 		gw, err := gateway.New(cfg, gateway.Options{})
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -30,7 +31,11 @@ type Config struct {
 	AdminListen string `yaml:"admin_listen"`
 	// Upstream is the base URL requests are proxied to. Required.
 	Upstream string `yaml:"upstream"`
-	// Server holds the edge's timeouts and size limits.
+	// UpstreamProtocol is how requests reach the upstream: http1 (the
+	// default) or h2c (HTTP/2 over cleartext, for gRPC servers).
+	UpstreamProtocol UpstreamProtocol `yaml:"upstream_protocol"`
+	// Server holds the edge's timeouts and size limits, protocols and
+	// the proxies it trusts.
 	Server ServerConfig `yaml:"server"`
 
 	// Tenants holds tiers and tenants; Admission holds routes and the
@@ -104,18 +109,86 @@ type ServerConfig struct {
 	// 16 MiB. Set it (to ~90% of the container's memory) when a large
 	// embedded store or a high GCPercent could outgrow the container.
 	MemoryLimit int64 `yaml:"memory_limit"`
-	// Engine is the HTTP stack of the public listener: "fasthttp"
-	// (EngineFast, the default) or "net/http" (EngineNetHTTP), which
-	// costs 1.6-2.6x its CPU per request. The admin listener is net/http
-	// either way, and so is Handler, for embedders.
-	Engine string `yaml:"engine"`
+	// Engine is the HTTP stack of the public listener: EngineNetHTTP
+	// (the default: HTTP/1.1, HTTP/2 over TLS and h2c, gRPC) or
+	// EngineFast (HTTP/1.x only, opt-in; README lists where it differs).
+	// The admin listener is net/http either way, and so is Handler, for
+	// embedders. Needs a restart.
+	Engine Engine `yaml:"engine"`
+	// TLS, when set, serves the public listener over TLS, HTTP/2 and
+	// HTTP/1.1 chosen by ALPN. The certificate files are read again when
+	// they change, without dropping connections. Nil means cleartext.
+	TLS *TLSConfig `yaml:"tls"`
+	// H2C serves HTTP/2 over cleartext to clients that open with its
+	// preface (prior knowledge), beside HTTP/1.1 on the same listener.
+	// Nil means true. (An HTTP/1.1 "Upgrade: h2c" is never honoured.)
+	H2C *bool `yaml:"h2c"`
+	// TrustedProxies are the networks (CIDRs, or single addresses) of the
+	// load balancers in front of the gateway. The client's address is
+	// then the rightmost X-Forwarded-For hop not in them (for the
+	// unauthenticated and auth: none buckets, the access log and the
+	// span), and a trusted proxy's X-Forwarded-Proto is kept. Empty means
+	// none: the peer is the client and X-Forwarded-* are fairgate's own.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ProxyProtocol reads the PROXY protocol (v1 or v2) header that a load
+	// balancer sends first on each connection, and takes the client's
+	// address from it. A connection without one is refused. Default
+	// false.
+	ProxyProtocol bool `yaml:"proxy_protocol"`
 }
 
-// The HTTP stacks the public listener may run on (ServerConfig.Engine).
+// TLSConfig is the public listener's certificate.
+type TLSConfig struct {
+	// CertFile and KeyFile are PEM files: the certificate chain and its
+	// private key. Both required.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Engine is an HTTP stack the public listener may run on
+// (ServerConfig.Engine).
+type Engine string
+
+// The engines.
 const (
-	EngineNetHTTP = "net/http"
-	EngineFast    = "fasthttp"
+	EngineNetHTTP Engine = "net/http"
+	EngineFast    Engine = "fasthttp"
 )
+
+// UnmarshalText accepts the engines' names and empty (the default), and
+// rejects anything else at load time.
+func (e *Engine) UnmarshalText(b []byte) error {
+	switch v := Engine(b); v {
+	case "", EngineNetHTTP, EngineFast:
+		*e = v
+		return nil
+	}
+	return fmt.Errorf("server.engine: %q is not net/http or fasthttp", b)
+}
+
+// UpstreamProtocol is how the gateway speaks to the upstream.
+type UpstreamProtocol string
+
+// The upstream protocols.
+const (
+	// UpstreamHTTP1 is HTTP/1.1 (over TLS for an https upstream, where
+	// ALPN may still choose HTTP/2).
+	UpstreamHTTP1 UpstreamProtocol = "http1"
+	// UpstreamH2C is HTTP/2 over cleartext with prior knowledge, as gRPC
+	// servers speak it.
+	UpstreamH2C UpstreamProtocol = "h2c"
+)
+
+// UnmarshalText accepts http1, h2c or empty (http1), and rejects anything
+// else at load time.
+func (p *UpstreamProtocol) UnmarshalText(b []byte) error {
+	switch v := UpstreamProtocol(b); v {
+	case "", UpstreamHTTP1, UpstreamH2C:
+		*p = v
+		return nil
+	}
+	return fmt.Errorf("upstream_protocol: %q is not http1 or h2c", b)
+}
 
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
@@ -148,7 +221,13 @@ func (c Config) withDefaults() Config {
 		s.WriteIdleTimeout = 30 * time.Second
 	}
 	if s.Engine == "" {
-		s.Engine = EngineFast
+		s.Engine = EngineNetHTTP
+	}
+	if s.H2C == nil {
+		s.H2C = new(true)
+	}
+	if c.UpstreamProtocol == "" {
+		c.UpstreamProtocol = UpstreamHTTP1
 	}
 	return c
 }
@@ -180,8 +259,18 @@ func (c *Config) validate(needUpstream bool) error {
 	if s.MaxHeaderBytes < 0 {
 		errs = append(errs, errors.New("server.max_header_bytes: must be >= 0 (0 means 32 KiB)"))
 	}
-	if s.Engine != "" && s.Engine != EngineNetHTTP && s.Engine != EngineFast {
-		errs = append(errs, fmt.Errorf("server.engine: %q is not net/http or fasthttp", s.Engine))
+	if err := new(Engine).UnmarshalText([]byte(s.Engine)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := new(UpstreamProtocol).UnmarshalText([]byte(c.UpstreamProtocol)); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, s.validateEdge()...)
+	if c.UpstreamProtocol == UpstreamH2C && s.Engine == EngineFast {
+		errs = append(errs, errors.New("upstream_protocol: h2c is reached by engine net/http only"))
+	}
+	if c.UpstreamProtocol == UpstreamH2C && strings.HasPrefix(c.Upstream, "https:") {
+		errs = append(errs, errors.New("upstream_protocol: h2c is cleartext; an https upstream negotiates HTTP/2 by ALPN with http1"))
 	}
 	if s.MaxBodyBytes < 0 {
 		errs = append(errs, errors.New("server.max_body_bytes: must be >= 0 (0 means 10 MiB)"))

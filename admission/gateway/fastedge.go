@@ -166,11 +166,15 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	x.setCredentials(h)
 	var ctx context.Context = &x.ctx
 	remote, host := peerOf(rc)
+	fwdFor, fwdProto := host, "http"
+	if len(e.s.trusted) > 0 {
+		fwdFor, fwdProto, remote = e.forwarded(h, remote, host)
+	}
 	// The root span and the access log, as the net/http edge's hygiene.
 	var sp trace.Span
 	tel := e.s.tel
 	if tel.tracer != nil {
-		ctx, sp = tel.startRequestSpan(ctx, method, fastCarrier{h})
+		ctx, sp = tel.startRequestSpan(ctx, method, remote, fastCarrier{h})
 		var tid [32]byte
 		tr := sp.SpanContext().TraceID()
 		x.SetAnswerHeader(HeaderTraceID, hex.AppendEncode(tid[:0], tr[:]))
@@ -180,7 +184,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		defer func() {
 			endRequest(sp, rc.Response.StatusCode(), reqID)
 			if logged {
-				e.s.logRequest(ctx, method, rc.Response.StatusCode(), reqID, start)
+				e.s.logRequest(ctx, method, remote, rc.Response.StatusCode(), reqID, start)
 			}
 		}()
 	}
@@ -217,9 +221,9 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		return
 	}
 	h.Set(admission.HeaderRequestID, reqID)
-	h.Set("X-Forwarded-For", host)
+	h.Set("X-Forwarded-For", fwdFor)
 	h.SetBytesV("X-Forwarded-Host", rc.Host())
-	h.Set("X-Forwarded-Proto", "http")
+	h.Set("X-Forwarded-Proto", fwdProto)
 	// Nor a client's Forwarded, X-Real-Ip, Baggage or trace parent
 	// (injectTrace).
 	delFields(h, clientForwarding)
@@ -312,6 +316,28 @@ func (b *upstreamBody) Close() error {
 	*b = upstreamBody{}
 	x.release(pool)
 	return nil
+}
+
+// forwarded is what the net/http edge's fromTrustedProxy and forwardedFor
+// make of a request from remote (whose IP is host): the X-Forwarded-For and
+// -Proto to send upstream and the client's address.
+func (e *fastEdge) forwarded(h *fasthttp.RequestHeader, remote, host string) (fwdFor, fwdProto, client string) {
+	var xff []string
+	for _, v := range h.PeekAll("X-Forwarded-For") {
+		xff = append(xff, string(v))
+	}
+	client, via := e.s.trusted.clientOf(remote, xff)
+	if !via {
+		return host, "http", remote
+	}
+	fwdFor, fwdProto = host, "http"
+	if len(xff) > 0 {
+		fwdFor = strings.Join(xff, ", ") + ", " + host
+	}
+	if p := h.Peek("X-Forwarded-Proto"); len(p) > 0 {
+		fwdProto = string(p)
+	}
+	return fwdFor, fwdProto, client
 }
 
 // peerOf is the address of rc's peer and its host, from its edgeConn.

@@ -1,12 +1,9 @@
 package gateway
 
 import (
-	"errors"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -24,15 +21,14 @@ import (
 // is read from the socket. One goroutine waits for all of them. Watching a
 // request is then a field set under a mutex, no system call: the
 // connection's one epoll_ctl is paid at its accept, not per request.
+//
+// The epoll set is Linux's (fastwatch_linux.go); elsewhere
+// (fastwatch_other.go) the watcher only sweeps deadlines, and a client
+// that leaves is noticed when a write to it fails, as before the watcher.
 type goneWatcher struct {
-	// epfd is the epoll instance; file and raw are it in Go's poller.
-	epfd int
-	file *os.File
-	raw  syscall.RawConn
-	// wake is a pipe in the epoll set under ID 0 (no connection's): close
-	// writes to it, which wakes the goroutine waiting on the epoll fd.
-	// done is closed when that goroutine returns.
-	wake [2]int
+	// p is the set of watched connections, in Go's poller. done is
+	// closed when the goroutine returns.
+	p    *connPoller
 	done chan struct{}
 	mu   sync.Mutex
 	// closed: close ran, or the goroutine stopped; nothing is added after
@@ -58,36 +54,13 @@ func newGoneWatcher() (*goneWatcher, error) { return newGoneWatcherSweeping(swee
 // newGoneWatcherSweeping is newGoneWatcher with the deadline sweep's
 // period and nearness (tests shorten them).
 func newGoneWatcherSweeping(every, near time.Duration) (*goneWatcher, error) {
-	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	p, err := newConnPoller()
 	if err != nil {
 		return nil, err
 	}
-	// Non-blocking and in Go's own poller, so that the goroutine waits
-	// for the epoll fd to turn readable as for a socket, holding no thread
-	// in epoll_wait: with one P (GOMAXPROCS=1), a thread back from a
-	// blocking wait had to win the P back, and re-entering the wait held
-	// the P until the runtime took it back, up to milliseconds in which
-	// nothing was served.
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		syscall.Close(fd)
-		return nil, err
-	}
-	w := &goneWatcher{epfd: fd, file: os.NewFile(uintptr(fd), "fairgate-gone-watcher"), done: make(chan struct{}),
+	w := &goneWatcher{p: p, done: make(chan struct{}),
 		byID: map[uint64]*edgeConn{}, every: every, near: near, base: time.Now()}
 	w.now.Store(w.since(time.Now()))
-	if w.raw, err = w.file.SyscallConn(); err != nil {
-		w.file.Close()
-		return nil, err
-	}
-	if err := syscall.Pipe2(w.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		w.file.Close()
-		return nil, err
-	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN} // ID 0
-	if err := syscall.EpollCtl(fd, syscall.EPOLL_CTL_ADD, w.wake[0], &ev); err != nil {
-		w.release()
-		return nil, err
-	}
 	go w.loop()
 	return w, nil
 }
@@ -99,7 +72,7 @@ func (w *goneWatcher) close() {
 	defer w.mu.Unlock()
 	if !w.closed {
 		w.closed = true
-		syscall.Write(w.wake[1], []byte{0})
+		w.p.wakeUp()
 	}
 }
 
@@ -114,53 +87,34 @@ func (w *goneWatcher) stop() {
 	for _, c := range w.byID {
 		c.unsweep()
 	}
-	w.release()
-}
-
-// release closes the watcher's descriptors.
-func (w *goneWatcher) release() {
-	w.file.Close()
-	syscall.Close(w.wake[0])
-	syscall.Close(w.wake[1])
+	w.p.release()
 }
 
 func (w *goneWatcher) loop() {
 	defer close(w.done)
 	defer w.stop()
-	var evs [64]syscall.EpollEvent
+	var ids [64]uint64
 	last := time.Now()
 	for {
-		// Wait for events, or for the next sweep: a deadline on the
-		// epoll fd, which the poller keeps.
-		w.file.SetReadDeadline(last.Add(w.every))
-		n, werr := 0, error(nil)
-		err := w.raw.Read(func(fd uintptr) bool {
-			n, werr = syscall.EpollWait(int(fd), evs[:], 0)
-			if werr == syscall.EINTR {
-				n, werr = 0, nil
-			}
-			return n > 0 || werr != nil
-		})
+		// Wait for events, or for the next sweep.
+		n, woken, err := w.p.wait(last.Add(w.every), ids[:])
 		if now := time.Now(); now.Sub(last) >= w.every {
 			w.sweep(now)
 			// The next wait is armed from the sweep's end: armed from
 			// its start, a sweep longer than every would leave a
 			// deadline already past, the poller would return at once
-			// without calling EpollWait, and the loop would sweep on
-			// and on, never reading an event or the wake pipe.
+			// without waiting, and the loop would sweep on and on,
+			// never reading an event or the wake-up.
 			last = time.Now()
 		}
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) || werr != nil {
+		if err != nil || woken {
 			return
 		}
-		for _, ev := range evs[:n] {
-			if ev.Fd == 0 && ev.Pad == 0 { // the wake pipe: close ran
-				return
-			}
+		for _, id := range ids[:n] {
 			// gone runs under mu, so that unwatch returns only once it
 			// has (it is short: a context's cancel, a connection's close).
 			w.mu.Lock()
-			if c := w.byID[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; c != nil && !c.gone {
+			if c := w.byID[id]; c != nil && !c.gone {
 				c.gone = true
 				if c.onGone != nil {
 					c.onGone()
@@ -179,27 +133,13 @@ func (w *goneWatcher) add(c *edgeConn) {
 	if !isTCP {
 		return
 	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return
-	}
-	var fd int
-	if rc.Control(func(f uintptr) { fd = int(f) }) != nil {
-		return
-	}
-	// Under mu, so that the epoll fd is not closed (and its number
-	// reused) under the epoll_ctl.
+	// Under mu, so that the poller is not released under the add.
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed {
+	if w.closed || !w.p.add(tc, w.next+1) {
 		return
 	}
 	w.next++
-	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR | epollET,
-		Fd: int32(uint32(w.next)), Pad: int32(uint32(w.next >> 32))}
-	if syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_ADD, fd, &ev) != nil {
-		return
-	}
 	c.id, c.watched = w.next, true
 	c.dl.swept = true // before c is in byID, where the sweep finds it
 	w.byID[c.id] = c
@@ -239,10 +179,6 @@ func (w *goneWatcher) unwatch(c *edgeConn) {
 	c.onGone = nil
 	w.mu.Unlock()
 }
-
-// epollET is syscall.EPOLLET as the uint32 that EpollEvent.Events is
-// (syscall spells it as a negative int).
-const epollET = 1 << 31
 
 // edgeListener hands the fasthttp edge its connections as edgeConns.
 type edgeListener struct {

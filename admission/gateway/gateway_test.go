@@ -65,7 +65,7 @@ func startGateway(t *testing.T, mutate func(*Config), o Options) (string, *recor
 	}
 	cfg.Upstream = ups.URL
 	// FAIRGATE_TEST_ENGINE runs the tests on another stack (server.engine).
-	cfg.Server.Engine = os.Getenv("FAIRGATE_TEST_ENGINE")
+	cfg.Server.Engine = Engine(os.Getenv("FAIRGATE_TEST_ENGINE"))
 	if mutate != nil {
 		mutate(&cfg)
 	}

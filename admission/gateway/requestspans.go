@@ -52,17 +52,18 @@ func (t *telemetry) startRequest(w http.ResponseWriter, r *http.Request) (*http.
 	if t.tracer == nil {
 		return r, nil
 	}
-	ctx, sp := t.startRequestSpan(r.Context(), r.Method, propagation.HeaderCarrier(r.Header))
+	ctx, sp := t.startRequestSpan(r.Context(), r.Method, r.RemoteAddr, propagation.HeaderCarrier(r.Header))
 	w.Header().Set(HeaderTraceID, sp.SpanContext().TraceID().String())
 	return r.WithContext(ctx), sp
 }
 
-// startRequestSpan starts the root span of a request whose method is method
-// and whose header fields h carries; a client's traceparent becomes a link.
-// t.tracer must not be nil.
-func (t *telemetry) startRequestSpan(ctx context.Context, method string, h propagation.TextMapCarrier) (context.Context, trace.Span) {
+// startRequestSpan starts the root span of a request whose method is
+// method, whose client's address ("ip:port") is client and whose header
+// fields h carries; a client's traceparent becomes a link. t.tracer must
+// not be nil.
+func (t *telemetry) startRequestSpan(ctx context.Context, method, client string, h propagation.TextMapCarrier) (context.Context, trace.Span) {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.request.method", method))}
+		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("client.address", hostOf(client)))}
 	if remote := trace.SpanContextFromContext(t.prop.Extract(context.Background(), h)); remote.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
 	}
@@ -91,9 +92,11 @@ func hasError(sp trace.Span) bool {
 }
 
 // logRequest writes the access-log line (debug level): request ID, method,
-// status and duration; the logger's handler adds the trace ID from ctx.
-func (s *Server) logRequest(ctx context.Context, method string, status int, reqID string, start time.Time) {
+// client address, status and duration; the logger's handler adds the trace
+// ID from ctx.
+func (s *Server) logRequest(ctx context.Context, method, client string, status int, reqID string, start time.Time) {
 	s.log.LogAttrs(ctx, slog.LevelDebug, "request", slog.String("request_id", reqID), slog.String("method", method),
+		slog.String("client", hostOf(client)),
 		slog.Int("status", status), slog.Duration("duration", time.Since(start)))
 }
 

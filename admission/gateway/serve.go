@@ -45,6 +45,7 @@ func (s *Server) HTTPServers() (public, admin *http.Server) {
 		MaxHeaderBytes:    c.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnContext:       withConnDeadline,
+		Protocols:         protocols(c),
 	}
 	admin = &http.Server{Handler: s.admin, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
 	return public, admin
@@ -68,11 +69,18 @@ type Shutdown struct {
 // and those in flight get up to sh.Drain to finish.
 func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdown) error {
 	pub, adm := s.HTTPServers()
+	c := s.cfg.Load().Server
+	tc, err := tlsConfig(c, s.log)
+	if err != nil {
+		return err
+	}
+	ln = wrapListener(ln, c, tc)
+	pub.TLSConfig = tc
 	// The public listener's stack: net/http's server, or fasthttp's
 	// (server.engine), closed and shut down the same way.
 	closePub, shutdownPub := pub.Close, pub.Shutdown
 	serve := func() error { return pub.Serve(ln) }
-	if s.cfg.Load().Server.Engine == EngineFast {
+	if c.Engine == EngineFast {
 		edge, err := newFastEdge(s, *s.cfg.Load())
 		if err != nil {
 			return err
@@ -112,7 +120,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(context.Background(), sh.Drain)
 	defer cancel()
-	err := shutdownPub(sctx)
+	err = shutdownPub(sctx)
 	adm.Shutdown(sctx) // after the public listener: /readyz answers "not ready" while it drains
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -67,6 +67,8 @@ type Server struct {
 	closers []func() error
 	tel     *telemetry
 	traces  *TraceRing // nil: none
+	// trusted are server.trusted_proxies, fixed at New.
+	trusted trustedProxies
 }
 
 // Close releases what New opened (the Redis store and client). Call it
@@ -117,8 +119,15 @@ func New(cfg Config, o Options) (*Server, error) {
 			ResponseHeaderTimeout: cfg.Server.UpstreamTimeout,
 			ExpectContinueTimeout: time.Second,
 		}
+		if cfg.UpstreamProtocol == UpstreamH2C {
+			t := o.Transport.(*http.Transport)
+			t.Protocols = new(http.Protocols)
+			t.Protocols.SetUnencryptedHTTP2(true)
+		}
 	}
-	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers, tel: tel, traces: o.Traces}
+	trusted, _ := parseTrustedProxies(cfg.Server.TrustedProxies) // checked by Validate
+	s := &Server{log: o.Logger, gate: gate, store: o.Store, started: o.Now(), closers: closers, tel: tel, traces: o.Traces,
+		trusted: trusted}
 	s.cfg.Store(&cfg)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -127,6 +136,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			// saw; a client's Forwarded and X-Real-IP would contradict
 			// them, and a client's W3C baggage is not ours to vouch for.
 			pr.SetXForwarded()
+			forwardedFor(pr.Out, pr.In) // behind a trusted proxy, its chain
 			pr.Out.Header.Del("Forwarded")
 			pr.Out.Header.Del("X-Real-Ip")
 			pr.Out.Header.Del("Baggage")
@@ -149,6 +159,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			if d, ok := admission.FromContext(resp.Request.Context()); ok {
 				d.Lease().Answered()
 			}
+			upstreamAnswering(resp.Request.Context())
 			renameUpstreamRateLimit(resp.Header)
 			return upstreamAnswered(resp)
 		},
@@ -283,7 +294,8 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 		changed bool
 	}{
 		{"listen", old.Listen != cfg.Listen}, {"admin_listen", old.AdminListen != cfg.AdminListen},
-		{"upstream", old.Upstream != cfg.Upstream}, {"server (timeouts, max_header_bytes, engine)", oldSrv != newSrv},
+		{"upstream", old.Upstream != cfg.Upstream || old.UpstreamProtocol != cfg.UpstreamProtocol},
+		{"server (timeouts, max_header_bytes, engine, protocols, proxies)", !reflect.DeepEqual(oldSrv, newSrv)},
 		{"redis", !reflect.DeepEqual(old.Redis, cfg.Redis)}, {"tracing", !reflect.DeepEqual(old.Tracing, cfg.Tracing)},
 		{"rls (the rule files themselves reload)", !reflect.DeepEqual(old.RLS, cfg.RLS)},
 	} {
@@ -306,6 +318,9 @@ func (s *Server) hygiene(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// One backing array for both headers' values (Header.Set would
 		// allocate one each).
+		r = s.trusted.fromTrustedProxy(r)
+		w, r, endGRPC := withGRPCAnswer(w, r)
+		defer endGRPC()
 		ids := [2]string{admission.NewRequestID()}
 		ids[1] = ids[0]
 		id := ids[0]
@@ -324,7 +339,7 @@ func (s *Server) hygiene(next http.Handler) http.Handler {
 		defer func() {
 			endRequest(sp, sw.status, id)
 			if logged {
-				s.logRequest(r.Context(), r.Method, sw.status, id, start)
+				s.logRequest(r.Context(), r.Method, r.RemoteAddr, sw.status, id, start)
 			}
 		}()
 		inner.ServeHTTP(sw, r)

@@ -1,0 +1,51 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// validateEdge checks the protocol and proxy fields of the server section.
+func (s ServerConfig) validateEdge() []error {
+	var errs []error
+	if t := s.TLS; t != nil {
+		if t.CertFile == "" {
+			errs = append(errs, errors.New("server.tls.cert_file: required (a PEM certificate chain)"))
+		}
+		if t.KeyFile == "" {
+			errs = append(errs, errors.New("server.tls.key_file: required (the certificate's PEM private key)"))
+		}
+		if s.Engine == EngineFast {
+			errs = append(errs, errors.New("server.tls: served by engine net/http only (fasthttp serves cleartext HTTP/1.x)"))
+		}
+	}
+	if s.ProxyProtocol && s.Engine == EngineFast {
+		errs = append(errs, errors.New("server.proxy_protocol: served by engine net/http only"))
+	}
+	if _, err := parseTrustedProxies(s.TrustedProxies); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// parseTrustedProxies parses server.trusted_proxies: CIDRs, or single
+// addresses (a /32 or /128).
+func parseTrustedProxies(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var errs []error
+	for i, v := range list {
+		v = strings.TrimSpace(v)
+		if p, err := netip.ParsePrefix(v); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		if a, err := netip.ParseAddr(v); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("server.trusted_proxies[%d]: %q is not a CIDR (10.0.0.0/8) or an IP address", i, v))
+	}
+	return out, errors.Join(errs...)
+}
