@@ -92,6 +92,13 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			// (rejectBuffer.reject): under a flood it is.
 			buf := rejectBuffers.Get().(*rejectBuffer)
 			status, body := buf.reject(dp, reqID, func(key string, v []byte) { t.set(h, key, v) })
+			if r.ContentLength != 0 && r.ProtoMajor == 1 {
+				// A body announced and, refused before it was read, not
+				// read: the answer goes now and the connection closes
+				// after it, rather than wait for (or read) a body
+				// nobody will use. (HTTP/2 resets the stream instead.)
+				h["Connection"] = connCloseValue
+			}
 			w.WriteHeader(status)
 			w.Write(body)
 			rejectBuffers.Put(buf)
@@ -199,6 +206,11 @@ func (g *Gate) logDecision(ctx context.Context, d *Decision, reqID string) {
 
 // Echo returns the gate as Echo middleware.
 func (g *Gate) Echo() echo.MiddlewareFunc { return echo.WrapMiddleware(g.Middleware) }
+
+// connCloseValue is the Connection field of an answer after which the
+// connection closes, shared: a header map keeps the slice, and nothing
+// writes to it.
+var connCloseValue = []string{"close"}
 
 type decisionKey struct{}
 

@@ -38,25 +38,47 @@ func (u *upstreamConns) abort(id string) {
 	c := u.byID[id]
 	u.mu.Unlock()
 	if c != nil {
+		u.mu.Lock()
+		c.aborted = true
+		u.mu.Unlock()
 		c.Close()
 	}
 }
 
-// done forgets the request id.
-func (u *upstreamConns) done(id string) {
+// done forgets the request id, and returns the connection that carried
+// it (nil if none did): a streamed body is read from it after.
+func (u *upstreamConns) done(id string) net.Conn {
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	if c := u.byID[id]; c != nil {
 		delete(u.byID, id)
 		c.id = ""
+		return c
 	}
-	u.mu.Unlock()
+	return nil
+}
+
+// mayRetry reports whether the request id, whose call failed with a
+// connection that closed before the first byte of its answer, may be sent
+// once more: only when that connection had carried an earlier request (an
+// idle keep-alive connection the upstream closed as it was reused), and
+// the request's client has not left.
+func (u *upstreamConns) mayRetry(id string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c := u.byID[id]
+	return c != nil && c.requests > 1 && !c.aborted
 }
 
 // trackedConn is an upstream connection that notes the request it carries.
 type trackedConn struct {
 	net.Conn
 	conns *upstreamConns
-	id    string // guarded by conns.mu
+	// guarded by conns.mu: the request it carries, how many it has
+	// carried, and whether abort closed it.
+	id       string
+	requests int
+	aborted  bool
 }
 
 func (c *trackedConn) Write(p []byte) (int, error) {
@@ -68,6 +90,7 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 				delete(c.conns.byID, c.id)
 			}
 			c.id = string(v[:j])
+			c.requests++
 			c.conns.byID[c.id] = c
 			c.conns.mu.Unlock()
 		}

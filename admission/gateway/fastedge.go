@@ -61,6 +61,15 @@ func newFastEdge(s *Server, cfg Config) (*fastEdge, error) {
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
+		// One attempt per admitted request: the one retry is of a request
+		// whose reused idle connection the upstream had closed, before
+		// any byte of the answer (as net/http's transport). Never after a
+		// timeout, nor once the client has left.
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr: func(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+			return false, attempts == 1 && errors.Is(err, io.EOF) && idempotent(req) &&
+				e.conns.mayRetry(string(req.Header.Peek(admission.HeaderRequestID)))
+		},
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 			if err != nil {
@@ -239,7 +248,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	x.calling.Store(true)
 	err = e.hc.Do(&rc.Request, up)
 	x.stopWatch()
-	e.conns.done(reqID)
+	upconn := e.conns.done(reqID)
 	if err != nil {
 		fasthttp.ReleaseResponse(up)
 		spanFailed(uctx, err)
@@ -276,7 +285,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	}
 	// The body streams to the client after serve returns: the request
 	// keeps its seat and slot, and x, until it has (upstreamBody.Close).
-	x.body = upstreamBody{r: stream, up: up, lease: *lease, conn: rc.Conn(),
+	x.body = upstreamBody{r: stream, up: up, lease: *lease, conn: rc.Conn(), upconn: upconn,
 		idle: e.s.cfg.Load().Server.WriteIdleTimeout, x: x, pool: &e.exchanges}
 	rc.Response.SetBodyStream(&x.body, up.Header.ContentLength())
 	return true
@@ -293,8 +302,12 @@ type upstreamBody struct {
 	up    *fasthttp.Response
 	lease admission.Lease // moved here from the decision
 	conn  net.Conn
-	idle  time.Duration
-	moved time.Time
+	// upconn is the upstream connection the body comes from (nil if
+	// unknown): its read deadline moves with the client's write deadline,
+	// so a body that keeps coming is never cut at upstream_timeout.
+	upconn net.Conn
+	idle   time.Duration
+	moved  time.Time
 	// x is the exchange the body is part of, which Close puts back in
 	// pool.
 	x    *fastExchange
@@ -304,6 +317,9 @@ type upstreamBody struct {
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	if now := time.Now(); b.idle > 0 && now.Sub(b.moved) > b.idle/16 {
 		b.conn.SetWriteDeadline(now.Add(b.idle))
+		if b.upconn != nil {
+			b.upconn.SetReadDeadline(now.Add(b.idle))
+		}
 		b.moved = now
 	}
 	return b.r.Read(p)
@@ -338,6 +354,12 @@ func (e *fastEdge) forwarded(h *fasthttp.RequestHeader, remote, host string) (fw
 		fwdProto = string(p)
 	}
 	return fwdFor, fwdProto, client
+}
+
+// idempotent reports whether req's method is idempotent (RFC 9110 §9.2.2).
+func idempotent(req *fasthttp.Request) bool {
+	h := &req.Header
+	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsDelete() || h.IsOptions() || h.IsTrace()
 }
 
 // peerOf is the address of rc's peer and its host, from its edgeConn.
