@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,12 +159,21 @@ const (
 // UnmarshalText accepts the engines' names and empty (the default), and
 // rejects anything else at load time.
 func (e *Engine) UnmarshalText(b []byte) error {
-	switch v := Engine(b); v {
-	case "", EngineNetHTTP, EngineFast:
-		*e = v
+	return oneOf(e, b, EngineNetHTTP, EngineFast)
+}
+
+// oneOf sets *v to b if b is empty or one of words, and is an error
+// otherwise (the decoder, or Validate, prefixes the field).
+func oneOf[T ~string](v *T, b []byte, words ...T) error {
+	if len(b) == 0 || slices.Contains(words, T(b)) {
+		*v = T(b)
 		return nil
 	}
-	return fmt.Errorf("server.engine: %q is not net/http or fasthttp", b)
+	list := make([]string, len(words))
+	for i, w := range words {
+		list[i] = string(w)
+	}
+	return fmt.Errorf("%q is not %s", b, strings.Join(list, " or "))
 }
 
 // UpstreamProtocol is how the gateway speaks to the upstream.
@@ -182,12 +192,7 @@ const (
 // UnmarshalText accepts http1, h2c or empty (http1), and rejects anything
 // else at load time.
 func (p *UpstreamProtocol) UnmarshalText(b []byte) error {
-	switch v := UpstreamProtocol(b); v {
-	case "", UpstreamHTTP1, UpstreamH2C:
-		*p = v
-		return nil
-	}
-	return fmt.Errorf("upstream_protocol: %q is not http1 or h2c", b)
+	return oneOf(p, b, UpstreamHTTP1, UpstreamH2C)
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -260,10 +265,10 @@ func (c *Config) validate(needUpstream bool) error {
 		errs = append(errs, errors.New("server.max_header_bytes: must be >= 0 (0 means 32 KiB)"))
 	}
 	if err := new(Engine).UnmarshalText([]byte(s.Engine)); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("server.engine: %w", err))
 	}
 	if err := new(UpstreamProtocol).UnmarshalText([]byte(c.UpstreamProtocol)); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("upstream_protocol: %w", err))
 	}
 	errs = append(errs, s.validateEdge()...)
 	if c.UpstreamProtocol == UpstreamH2C && s.Engine == EngineFast {

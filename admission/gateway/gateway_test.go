@@ -317,6 +317,11 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 		{name: "encoded_slashes", from: "routes:\n", to: "encoded_slashes: decode\nroutes:\n", want: `encoded_slashes: "decode" is not refuse or allow`},
 		{name: "limit per", from: proTier, to: proTier + "    limits: [{name: daily, burst: 1000, per: 0.5ms}]\n", want: "tiers.pro.limits[0].per: must be at least 1ms"},
 		{name: "limit field", from: proTier, to: proTier + "    limits: [{name: daily, burst: 1000, period: 24h}]\n", want: "tiers.pro.limits[0].period: unknown field (line "},
+		{name: "engine", from: "server:\n", to: "server:\n  engine: netty\n", want: `server.engine: "netty" is not net/http or fasthttp`},
+		{name: "upstream_protocol", from: "server:\n", to: "upstream_protocol: h3\nserver:\n", want: `upstream_protocol: "h3" is not http1 or h2c`},
+		{name: "trusted_proxies", from: "server:\n", to: "server:\n  trusted_proxies: [10.0.0.0/8, nonsense]\n", want: `server.trusted_proxies[1]: "nonsense" is not a CIDR`},
+		{name: "tls key", from: "server:\n", to: "server:\n  tls: {cert_file: c.pem}\n", want: "server.tls.key_file: required"},
+		{name: "tls on fasthttp", from: "server:\n", to: "server:\n  engine: fasthttp\n  tls: {cert_file: c.pem, key_file: k.pem}\n", want: "server.tls: served by engine net/http only"},
 		{name: "limit cost", from: proTier, to: proTier + "    limits: [{name: minute, burst: 3, per: 1m}]\n", want: "routes[1].cost: 5 is above tenant globex's limits.minute.burst (3)"},
 	}
 	for _, tt := range tests {
