@@ -81,12 +81,10 @@ func (tp trustedProxies) fromTrustedProxy(r *http.Request) *http.Request {
 	return r
 }
 
-// forwardedFor sets out's X-Forwarded-For and X-Forwarded-Proto when in
-// came through a trusted proxy: the proxies' chain with that proxy's
-// address appended, as every proxy in the chain did, and the proxy's
-// X-Forwarded-Proto when it sent one. It reports whether it did; if not,
-// the fields stay fairgate's own (SetXForwarded).
-func forwardedFor(out, in *http.Request) bool {
+// forwardedFor sets out's X-Forwarded-For and X-Forwarded-Proto as
+// forwardingFields says when in came through a trusted proxy, and reports
+// whether it did; if not, the fields stay fairgate's own (SetXForwarded).
+func (tp trustedProxies) forwardedFor(out, in *http.Request) bool {
 	peer, ok := in.Context().Value(viaProxyKey{}).(string)
 	if !ok {
 		return false
@@ -95,12 +93,9 @@ func forwardedFor(out, in *http.Request) bool {
 	if ap, err := netip.ParseAddrPort(peer); err == nil {
 		ip = ap.Addr().Unmap().String()
 	}
-	if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
-		ip = strings.Join(prior, ", ") + ", " + ip
-	}
-	out.Header.Set("X-Forwarded-For", ip)
-	if p := in.Header.Get("X-Forwarded-Proto"); p != "" {
-		out.Header.Set("X-Forwarded-Proto", p)
-	}
+	fwdFor, fwdProto, _ := tp.forwardingFields(peer, ip, in.Header["X-Forwarded-For"], in.Header.Get("X-Forwarded-Proto"),
+		out.Header.Get("X-Forwarded-Proto"))
+	out.Header.Set("X-Forwarded-For", fwdFor)
+	out.Header.Set("X-Forwarded-Proto", fwdProto)
 	return true
 }

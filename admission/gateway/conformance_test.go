@@ -108,6 +108,66 @@ var conformanceChecks = []conformanceCheck{
 		check: checkHTTP10Client},
 	{name: "behind an HTTP/1.0 upstream the client keeps HTTP/1.1", upstreamURL: http10Upstream, check: checkKeepsHTTP11},
 	{name: "a client that leaves is not sent again", upstream: untilGone, check: checkGoneNotResent},
+	{name: "a client's forwarding fields never reach the upstream", check: checkClientForwarding},
+	{name: "Connection cannot take the tenant's fields off", check: checkConnectionDefence},
+}
+
+// rawTo sends raw to base and reads one answer.
+func rawTo(base, raw string) (*http.Response, error) {
+	c, br, err := rawRequest(base, raw)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return nil, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp, nil
+}
+
+func checkClientForwarding(base string, up *recorder) error {
+	resp, err := rawTo(base, "GET /api/v1/users/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-pro-key\r\n"+
+		"X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-For: 7.7.7.7\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: https\r\n"+
+		"Forwarded: for=8.8.8.8\r\nX-Real-Ip: 9.9.9.9\r\nBaggage: tenant=acme\r\nTraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\r\n")
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	h := up.last().Header
+	if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "127.0.0.1" {
+		return fmt.Errorf("upstream X-Forwarded-For %q, want only the peer", got)
+	}
+	if got := h.Values("X-Forwarded-Proto"); len(got) != 1 || got[0] != "http" {
+		return fmt.Errorf("upstream X-Forwarded-Proto %q, want only http", got)
+	}
+	for _, k := range []string{"Forwarded", "X-Real-Ip", "Baggage", "Traceparent"} {
+		if v := h.Values(k); len(v) > 0 {
+			return fmt.Errorf("the client's %s %q reached the upstream", k, v)
+		}
+	}
+	return nil
+}
+
+func checkConnectionDefence(base string, up *recorder) error {
+	resp, err := rawTo(base, "GET /api/v1/users/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-pro-key\r\n"+
+		"Connection: X-Tenant-Id, X-Tenant-Tier, X-Request-Id\r\nX-Tenant-Id: acme\r\n\r\n")
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	h := up.last().Header
+	if h.Get("X-Tenant-Id") != "globex" || h.Get("X-Tenant-Tier") != "pro" || h.Get("X-Request-Id") != resp.Header.Get("X-Request-Id") {
+		return fmt.Errorf("upstream saw tenant %q tier %q request %q, want globex, pro and the answer's ID",
+			h.Get("X-Tenant-Id"), h.Get("X-Tenant-Tier"), h.Get("X-Request-Id"))
+	}
+	return nil
 }
 
 // untilGone answers when its request's context ends, with nothing.

@@ -38,6 +38,9 @@ func parseTrustedProxies(list []string) ([]netip.Prefix, error) {
 	for i, v := range list {
 		v = strings.TrimSpace(v)
 		if p, err := netip.ParsePrefix(v); err == nil {
+			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 { // ::ffff:10.0.0.0/104 is 10.0.0.0/8
+				p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+			}
 			out = append(out, p.Masked())
 			continue
 		}

@@ -15,32 +15,52 @@ import (
 // the edge puts on every request it sends, and a request whose client has
 // gone closes its connection: the upstream sees the call end, as behind
 // the net/http edge.
+//
+// Only an ID the edge is sending (expect, before the call) binds a
+// connection: the scan also sees request bodies, and a body that spells
+// the field out must not bind the connection to an ID of its choosing
+// (the edge's IDs are random, and unknown to a client before its answer).
+// The scan carries the end of each write over to the next, so a field
+// split between two writes is found.
 
 // requestIDField is how the request ID appears in a request head the
 // HostClient writes.
 var requestIDField = []byte("\r\nX-Request-Id: ")
 
+// requestIDLen is the length of the edge's request IDs
+// (admission.AppendRequestID: 16 hex digits).
+const requestIDLen = 16
+
 // upstreamConns maps a request ID to the upstream connection carrying
 // that request.
 type upstreamConns struct {
-	mu   sync.Mutex
+	mu sync.Mutex
+	// byID holds the requests being sent (expect), nil until a
+	// connection carries them.
 	byID map[string]*trackedConn
 }
 
 func newUpstreamConns() *upstreamConns { return &upstreamConns{byID: map[string]*trackedConn{}} }
 
 // wrap returns c noting the requests written on it.
-func (u *upstreamConns) wrap(c net.Conn) net.Conn { return &trackedConn{Conn: c, conns: u} }
+func (u *upstreamConns) wrap(c net.Conn) *trackedConn { return &trackedConn{Conn: c, conns: u} }
+
+// expect says the request id is about to be sent.
+func (u *upstreamConns) expect(id string) {
+	u.mu.Lock()
+	u.byID[id] = nil
+	u.mu.Unlock()
+}
 
 // abort closes the connection carrying the request id, if any.
 func (u *upstreamConns) abort(id string) {
 	u.mu.Lock()
 	c := u.byID[id]
+	if c != nil {
+		c.aborted = true
+	}
 	u.mu.Unlock()
 	if c != nil {
-		u.mu.Lock()
-		c.aborted = true
-		u.mu.Unlock()
 		c.Close()
 	}
 }
@@ -50,16 +70,17 @@ func (u *upstreamConns) abort(id string) {
 func (u *upstreamConns) done(id string) net.Conn {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if c := u.byID[id]; c != nil {
-		delete(u.byID, id)
+	c := u.byID[id]
+	delete(u.byID, id)
+	if c != nil {
 		c.id = ""
 		return c
 	}
 	return nil
 }
 
-// mayRetry reports whether the request id, whose call failed with a
-// connection that closed before the first byte of its answer, may be sent
+// mayRetry reports whether the request id, whose call failed on a
+// connection that broke before the first byte of its answer, may be sent
 // once more: only when that connection had carried an earlier request (an
 // idle keep-alive connection the upstream closed as it was reused), and
 // the request's client has not left.
@@ -74,6 +95,8 @@ func (u *upstreamConns) mayRetry(id string) bool {
 type trackedConn struct {
 	net.Conn
 	conns *upstreamConns
+	// tail is the end of the last write, for a field split between two.
+	tail []byte
 	// guarded by conns.mu: the request it carries, how many it has
 	// carried, and whether abort closed it.
 	id       string
@@ -82,18 +105,60 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Write(p []byte) (int, error) {
-	if i := bytes.Index(p, requestIDField); i >= 0 {
-		v := p[i+len(requestIDField):]
-		if j := bytes.IndexByte(v, '\r'); j > 0 {
-			c.conns.mu.Lock()
-			if c.id != "" {
-				delete(c.conns.byID, c.id)
-			}
-			c.id = string(v[:j])
-			c.requests++
-			c.conns.byID[c.id] = c
-			c.conns.mu.Unlock()
+	c.scan(p)
+	return c.Conn.Write(p)
+}
+
+// scan binds c to each expected request ID that p names, or that the
+// previous write's tail and p name together.
+func (c *trackedConn) scan(p []byte) {
+	const keep = len("\r\nX-Request-Id: ") + requestIDLen
+	if len(c.tail) > 0 {
+		c.tail = append(c.tail, p[:min(len(p), keep+1)]...)
+		c.scanIn(c.tail) // what it finds in p alone, scanIn finds again: bind is idempotent
+	}
+	c.scanIn(p)
+	if len(p) >= keep {
+		c.tail = append(c.tail[:0], p[len(p)-keep:]...)
+	} else if c.tail = append(c.tail, p...); len(c.tail) > keep {
+		c.tail = append(c.tail[:0], c.tail[len(c.tail)-keep:]...)
+	}
+}
+
+// scanIn binds c to each whole X-Request-Id field in b.
+func (c *trackedConn) scanIn(b []byte) {
+	for {
+		i := bytes.Index(b, requestIDField)
+		if i < 0 {
+			return
+		}
+		b = b[i+len(requestIDField):]
+		if len(b) > requestIDLen && b[requestIDLen] == '\r' {
+			c.bind(string(b[:requestIDLen]))
 		}
 	}
-	return c.Conn.Write(p)
+}
+
+// bind notes that c carries the request id, if the edge is sending it.
+func (c *trackedConn) bind(id string) {
+	c.conns.mu.Lock()
+	defer c.conns.mu.Unlock()
+	if cur, ok := c.conns.byID[id]; !ok || cur != nil {
+		return // not an ID being sent, or bound already
+	}
+	if c.id != "" {
+		delete(c.conns.byID, c.id)
+	}
+	c.id = id
+	c.requests++
+	c.conns.byID[id] = c
+}
+
+// Handshake tells fasthttp that the connection is TLS already, when it is
+// (dialUpstream made it): the scan must see the request in the clear.
+func (c *trackedConn) Handshake() error {
+	if h, ok := c.Conn.(interface{ Handshake() error }); ok {
+		return h.Handshake()
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -67,19 +69,34 @@ func newFastEdge(s *Server, cfg Config) (*fastEdge, error) {
 		// timeout, nor once the client has left.
 		MaxIdemponentCallAttempts: 2,
 		RetryIfErr: func(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-			return false, attempts == 1 && errors.Is(err, io.EOF) && idempotent(req) &&
+			return false, attempts == 1 && brokenBeforeAnswer(err) && idempotent(req) &&
 				e.conns.mayRetry(string(req.Header.Peek(admission.HeaderRequestID)))
 		},
-		Dial: func(addr string) (net.Conn, error) {
-			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-			if err != nil {
-				return nil, err
-			}
-			return e.conns.wrap(c), nil
-		},
+		Dial: func(addr string) (net.Conn, error) { return e.dialUpstream(addr, target) },
 	}
 	e.exchanges.New = func() any { return newFastExchange(watcher, e.conns) }
 	return e, nil
+}
+
+// dialUpstream dials the upstream at addr, over TLS for an https target
+// (here, not in fasthttp: the request tracking must see the request in the
+// clear, so it wraps the TLS connection, not the TCP one under it).
+func (e *fastEdge) dialUpstream(addr string, target *url.URL) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if target.Scheme == "https" {
+		tc := tls.Client(c, &tls.Config{ServerName: target.Hostname()})
+		tc.SetDeadline(time.Now().Add(2 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		tc.SetDeadline(time.Time{})
+		c = tc
+	}
+	return e.conns.wrap(c), nil
 }
 
 // close stops what the edge runs besides its server.
@@ -171,14 +188,14 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	h := &rc.Request.Header
 	// No protocol upgrades (WebSocket, h2c), as on the net/http edge,
 	// and no hop-by-hop fields.
+	remote, host := peerOf(rc)
+	fwdFor, fwdProto := host, "http"
+	if len(e.s.trusted) > 0 { // before hop-by-hop removal, as the net/http edge reads them
+		fwdFor, fwdProto, remote = e.forwarded(h, remote, host)
+	}
 	removeHopByHop(h)
 	x.setCredentials(h)
 	var ctx context.Context = &x.ctx
-	remote, host := peerOf(rc)
-	fwdFor, fwdProto := host, "http"
-	if len(e.s.trusted) > 0 {
-		fwdFor, fwdProto, remote = e.forwarded(h, remote, host)
-	}
 	// The root span and the access log, as the net/http edge's hygiene.
 	var sp trace.Span
 	tel := e.s.tel
@@ -230,12 +247,12 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		return
 	}
 	h.Set(admission.HeaderRequestID, reqID)
+	// Nor a client's own X-Forwarded-* (every line of them: Set replaces
+	// only the first), Forwarded, X-Real-Ip, Baggage or trace parent.
+	delFields(h, clientForwarding)
 	h.Set("X-Forwarded-For", fwdFor)
 	h.SetBytesV("X-Forwarded-Host", rc.Host())
 	h.Set("X-Forwarded-Proto", fwdProto)
-	// Nor a client's Forwarded, X-Real-Ip, Baggage or trace parent
-	// (injectTrace).
-	delFields(h, clientForwarding)
 	rc.Request.SetHost(e.host)
 	uctx := ctx
 	if tel.tracer != nil {
@@ -245,6 +262,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		tel.prop.Inject(uctx, fastCarrier{h})
 	}
 	up := fasthttp.AcquireResponse()
+	e.conns.expect(reqID)
 	x.calling.Store(true)
 	err = e.hc.Do(&rc.Request, up)
 	x.stopWatch()
@@ -253,18 +271,10 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		fasthttp.ReleaseResponse(up)
 		spanFailed(uctx, err)
 		lease.Release() // not a healthy call: the limit learns nothing from it
-		fw := fastAnswer{rc: rc}
-		switch {
-		case ctx.Err() != nil:
-			e.s.log.InfoContext(ctx, "client closed request", "request_id", reqID, "status", admission.StatusClientClosedRequest)
-			rc.SetStatusCode(admission.StatusClientClosedRequest)
+		f := e.s.upstreamFailed(ctx, err, reqID)
+		f.answer(&fastAnswer{rc: rc}, reqID)
+		if f.clientGone {
 			rc.SetConnectionClose()
-		case errors.Is(err, fasthttp.ErrTimeout):
-			e.s.log.Warn("upstream timeout", "request_id", reqID, "err", err)
-			admission.WriteReason(&fw, admission.ReasonUpstreamTimeout, 0, reqID, "")
-		default:
-			e.s.log.Warn("upstream error", "request_id", reqID, "err", err)
-			admission.WriteReason(&fw, admission.ReasonUpstreamUnreachable, 0, reqID, "")
 		}
 		return
 	}
@@ -283,10 +293,11 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		fasthttp.ReleaseResponse(up)
 		return false
 	}
+	srv := e.s.cfg.Load().Server
 	// The body streams to the client after serve returns: the request
 	// keeps its seat and slot, and x, until it has (upstreamBody.Close).
 	x.body = upstreamBody{r: stream, up: up, lease: *lease, conn: rc.Conn(), upconn: upconn,
-		idle: e.s.cfg.Load().Server.WriteIdleTimeout, x: x, pool: &e.exchanges}
+		idle: srv.WriteIdleTimeout, upIdle: max(srv.WriteIdleTimeout, srv.UpstreamTimeout), x: x, pool: &e.exchanges}
 	rc.Response.SetBodyStream(&x.body, up.Header.ContentLength())
 	return true
 }
@@ -306,8 +317,10 @@ type upstreamBody struct {
 	// unknown): its read deadline moves with the client's write deadline,
 	// so a body that keeps coming is never cut at upstream_timeout.
 	upconn net.Conn
-	idle   time.Duration
-	moved  time.Time
+	// idle is write_idle_timeout; upIdle, how long the upstream's body
+	// may pause: the longer of it and upstream_timeout.
+	idle, upIdle time.Duration
+	moved        time.Time
 	// x is the exchange the body is part of, which Close puts back in
 	// pool.
 	x    *fastExchange
@@ -318,7 +331,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	if now := time.Now(); b.idle > 0 && now.Sub(b.moved) > b.idle/16 {
 		b.conn.SetWriteDeadline(now.Add(b.idle))
 		if b.upconn != nil {
-			b.upconn.SetReadDeadline(now.Add(b.idle))
+			b.upconn.SetReadDeadline(now.Add(b.upIdle))
 		}
 		b.moved = now
 	}
@@ -334,26 +347,21 @@ func (b *upstreamBody) Close() error {
 	return nil
 }
 
-// forwarded is what the net/http edge's fromTrustedProxy and forwardedFor
-// make of a request from remote (whose IP is host): the X-Forwarded-For and
-// -Proto to send upstream and the client's address.
+// forwarded is forwardingFields for a request from remote (whose IP is
+// host) with header h.
 func (e *fastEdge) forwarded(h *fasthttp.RequestHeader, remote, host string) (fwdFor, fwdProto, client string) {
 	var xff []string
 	for _, v := range h.PeekAll("X-Forwarded-For") {
 		xff = append(xff, string(v))
 	}
-	client, via := e.s.trusted.clientOf(remote, xff)
-	if !via {
-		return host, "http", remote
-	}
-	fwdFor, fwdProto = host, "http"
-	if len(xff) > 0 {
-		fwdFor = strings.Join(xff, ", ") + ", " + host
-	}
-	if p := h.Peek("X-Forwarded-Proto"); len(p) > 0 {
-		fwdProto = string(p)
-	}
-	return fwdFor, fwdProto, client
+	return e.s.trusted.forwardingFields(remote, host, xff, string(h.Peek("X-Forwarded-Proto")), "http")
+}
+
+// brokenBeforeAnswer reports whether err is how a connection the upstream
+// had closed fails a request on it: the read of the answer's first byte
+// ends (io.EOF, or a reset), or the write of the request does.
+func brokenBeforeAnswer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // idempotent reports whether req's method is idempotent (RFC 9110 §9.2.2).
@@ -402,11 +410,6 @@ func methodOf(m []byte) string {
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Http2-Settings"}
 
-// clientForwarding are the fields of a client's request that would tell
-// the upstream who sent it or where its trace comes from: fairgate sets
-// its own X-Forwarded-* and trace parent.
-var clientForwarding = []string{"Forwarded", "X-Real-Ip", "Baggage", "Traceparent", "Tracestate"}
-
 // removeHopByHop deletes h's hop-by-hop fields and those its Connection
 // field names.
 func removeHopByHop(h *fasthttp.RequestHeader) {
@@ -438,14 +441,13 @@ func delFields(h *fasthttp.RequestHeader, names []string) {
 	}
 }
 
-// renameFastRateLimit is renameUpstreamRateLimit for fasthttp's response
-// header.
+// renameFastRateLimit renames h's RateLimit fields as
+// upstreamRateLimitName says.
 func renameFastRateLimit(h *fasthttp.ResponseHeader) {
 	var renamed []string
 	for k, v := range h.All() {
-		ks := string(k)
-		if hasPrefixFold(ks, "Ratelimit") || hasPrefixFold(ks, "X-Ratelimit") {
-			renamed = append(renamed, ks, "Upstream-"+strings.TrimPrefix(http.CanonicalHeaderKey(ks), "X-"), string(v))
+		if to, ok := upstreamRateLimitName(b2s(k)); ok {
+			renamed = append(renamed, string(k), to, string(v))
 		}
 	}
 	for i := 0; i < len(renamed); i += 3 {

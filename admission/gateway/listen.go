@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -29,10 +30,18 @@ func protocols(c ServerConfig) *http.Protocols {
 
 // wrapListener returns ln as the public listener sees it: behind the PROXY
 // protocol when server.proxy_protocol is on (the header read within
-// read_header_timeout), and over TLS when server.tls is set.
-func wrapListener(ln net.Listener, c ServerConfig, tc *tls.Config) net.Listener {
+// read_header_timeout, and taken only from trusted proxies when there are
+// any), and over TLS when server.tls is set.
+func wrapListener(ln net.Listener, c ServerConfig, tc *tls.Config, trusted trustedProxies) net.Listener {
 	if c.ProxyProtocol {
-		ln = &proxyproto.Listener{Listener: ln, HeaderTimeout: c.ReadHeaderTimeout}
+		pl := &proxyproto.Listener{Listener: ln, HeaderTimeout: c.ReadHeaderTimeout}
+		if len(trusted) > 0 {
+			pl.Allow = func(peer net.Addr) bool {
+				ap, err := netip.ParseAddrPort(peer.String())
+				return err == nil && trusted.trusts(ap.Addr())
+			}
+		}
+		ln = pl
 	}
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)

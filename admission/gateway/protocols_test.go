@@ -159,7 +159,7 @@ func TestTLSServesHTTP2AndReloads(t *testing.T) {
 // rightmost untrusted X-Forwarded-For hop, for the unauthenticated bucket
 // and for the upstream; from an untrusted peer the header is ignored.
 func TestTrustedProxies(t *testing.T) {
-	tp := trustedProxies{prefix("127.0.0.0/8"), prefix("10.0.0.0/8")}
+	tp := trustedProxies{prefix("127.0.0.0/8"), prefix("::ffff:10.0.0.0/104")} // the second is 10.0.0.0/8
 	for _, tc := range []struct {
 		peer string
 		xff  []string
@@ -263,5 +263,24 @@ func TestProxyProtocol(t *testing.T) {
 	io.WriteString(bare, "GET /api/v1/users/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-pro-key\r\n\r\n")
 	if b, err := io.ReadAll(bare); err != nil || len(b) != 0 {
 		t.Fatalf("a connection without a PROXY header got %q, %v; want it closed unserved", b, err)
+	}
+
+	// With trusted proxies, only they may send the header: loopback is
+	// not one here.
+	only, _, _ := startGateway(t, func(c *Config) {
+		c.Server.Engine = EngineNetHTTP
+		c.Server.ProxyProtocol = true
+		c.Server.TrustedProxies = []string{"10.0.0.0/8"}
+	}, Options{})
+	spoof, err := net.Dial("tcp", only[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spoof.Close()
+	spoof.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(spoof, "PROXY TCP4 10.1.2.3 127.0.0.1 40000 80\r\n"+
+		"GET /api/v1/users/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-pro-key\r\n\r\n")
+	if b, err := io.ReadAll(spoof); err != nil || len(b) != 0 {
+		t.Fatalf("a PROXY header from an untrusted peer got %q, %v; want the connection closed unserved", b, err)
 	}
 }

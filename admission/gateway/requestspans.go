@@ -117,9 +117,8 @@ func (t *telemetry) upstreamSpan(next http.Handler) http.Handler {
 // request with the proxy.upstream span's.
 func (t *telemetry) injectTrace(out *http.Request) {
 	// A client never chooses the upstream's trace parent: with tracing
-	// on, the upstream gets the proxy.upstream span's; with it off, none.
-	out.Header.Del("Traceparent")
-	out.Header.Del("Tracestate")
+	// on, the upstream gets the proxy.upstream span's; with it off, none
+	// (the Rewrite has removed the client's, with clientForwarding).
 	if t.tracer == nil {
 		return
 	}

@@ -34,7 +34,10 @@ func (s *Server) adminMux() *http.ServeMux {
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
 // HTTPServers returns the public and admin http.Servers, configured with
-// the edge's timeouts and limits, for the caller to serve on its listeners.
+// the edge's timeouts, limits and protocols, for the caller to serve on its
+// listeners. server.tls and server.proxy_protocol are the listener's
+// (Serve wraps it); a caller serving the public server itself serves
+// neither.
 func (s *Server) HTTPServers() (public, admin *http.Server) {
 	c := s.cfg.Load().Server
 	public = &http.Server{
@@ -74,7 +77,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 	if err != nil {
 		return err
 	}
-	ln = wrapListener(ln, c, tc)
+	ln = wrapListener(ln, c, tc, s.trusted)
 	pub.TLSConfig = tc
 	// The public listener's stack: net/http's server, or fasthttp's
 	// (server.engine), closed and shut down the same way.

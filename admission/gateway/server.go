@@ -133,13 +133,15 @@ func New(cfg Config, o Options) (*Server, error) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			// X-Forwarded-For/-Host/-Proto are set from what fairgate
-			// saw; a client's Forwarded and X-Real-IP would contradict
-			// them, and a client's W3C baggage is not ours to vouch for.
+			// saw (from a trusted proxy's, forwardedFor); a client's
+			// Forwarded and X-Real-IP would contradict them, and a
+			// client's W3C baggage and trace parent are not ours to
+			// vouch for.
+			for _, k := range clientForwarding {
+				delete(pr.Out.Header, k)
+			}
 			pr.SetXForwarded()
-			forwardedFor(pr.Out, pr.In) // behind a trusted proxy, its chain
-			pr.Out.Header.Del("Forwarded")
-			pr.Out.Header.Del("X-Real-Ip")
-			pr.Out.Header.Del("Baggage")
+			s.trusted.forwardedFor(pr.Out, pr.In) // behind a trusted proxy, its chain
 			// Set after hop-by-hop removal, so a client's
 			// "Connection: X-Tenant-Id" cannot make the proxy drop them.
 			// The middleware set them on the request, so the clone
@@ -387,27 +389,18 @@ func (s *Server) startUpstream(next http.Handler) http.Handler {
 	})
 }
 
-// renameUpstreamRateLimit renames the upstream's own RateLimit* and
-// X-RateLimit-* response headers to Upstream-RateLimit*, so that the
-// client sees fairgate's RateLimit fields alone (not "RateLimit-Remaining:
-// 24, 999") and can still read the upstream's, under their own name.
+// renameUpstreamRateLimit renames h's RateLimit fields as
+// upstreamRateLimitName says.
 func renameUpstreamRateLimit(h http.Header) {
 	for k, v := range h {
-		if hasPrefixFold(k, "Ratelimit") || hasPrefixFold(k, "X-Ratelimit") {
+		if to, ok := upstreamRateLimitName(k); ok {
 			delete(h, k)
-			h["Upstream-"+strings.TrimPrefix(http.CanonicalHeaderKey(k), "X-")] = v
+			h[to] = v
 		}
 	}
 }
 
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-// proxyError maps an upstream failure to the client contract: 413 when the
-// body outgrew the limit while streaming, 504 on an upstream timeout, 502
-// when the upstream could not be reached or broke the response, and a
-// logged 499 when the client went away (nobody reads it).
+// proxyError answers an upstream failure (upstreamFailed).
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	id := w.Header().Get(admission.HeaderRequestID)
 	upstreamFailed(r, err)
@@ -417,19 +410,5 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if d, ok := admission.FromContext(r.Context()); ok {
 		d.Lease().Release()
 	}
-	var mbe *http.MaxBytesError
-	var ne net.Error
-	switch {
-	case errors.As(err, &mbe):
-		admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
-	case r.Context().Err() != nil:
-		s.log.InfoContext(r.Context(), "client closed request", "request_id", id, "status", admission.StatusClientClosedRequest)
-		w.WriteHeader(admission.StatusClientClosedRequest)
-	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		s.log.WarnContext(r.Context(), "upstream timeout", "request_id", id, "err", err)
-		admission.WriteReason(w, admission.ReasonUpstreamTimeout, 0, id, "")
-	default:
-		s.log.WarnContext(r.Context(), "upstream error", "request_id", id, "err", err)
-		admission.WriteReason(w, admission.ReasonUpstreamUnreachable, 0, id, "")
-	}
+	s.upstreamFailed(r.Context(), err, id).answer(w, id)
 }

@@ -29,6 +29,11 @@ type Listener struct {
 	net.Listener
 	// HeaderTimeout bounds reading the header. Zero means 5s.
 	HeaderTimeout time.Duration
+	// Allow, when set, says which peers may send a header: a connection
+	// from any other is refused (closed at its first Read), since a
+	// header is a claim of who the client is that only the load
+	// balancer may make. Nil allows every peer.
+	Allow func(peer net.Addr) bool
 }
 
 // Accept returns the next connection, its header not yet read.
@@ -37,7 +42,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{Conn: c, timeout: cmpOr(l.HeaderTimeout, 5*time.Second)}, nil
+	pc := &Conn{Conn: c, timeout: cmpOr(l.HeaderTimeout, 5*time.Second)}
+	if l.Allow != nil && !l.Allow(c.RemoteAddr()) {
+		pc.refused = true
+	}
+	return pc, nil
 }
 
 func cmpOr(d, def time.Duration) time.Duration {
@@ -52,6 +61,7 @@ func cmpOr(d, def time.Duration) time.Duration {
 type Conn struct {
 	net.Conn
 	timeout time.Duration
+	refused bool // the peer may not send a header: the connection fails
 	once    sync.Once
 	r       *bufio.Reader
 	src     net.Addr // nil: LOCAL or UNKNOWN, the peer stands
@@ -61,6 +71,11 @@ type Conn struct {
 // header reads the PROXY header once.
 func (c *Conn) header() {
 	c.once.Do(func() {
+		if c.refused {
+			c.err = fmt.Errorf("%w: from %v, which may not send one", ErrBadHeader, c.Conn.RemoteAddr())
+			c.Conn.Close()
+			return
+		}
 		c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
 		// 16 bytes of v2 fixed header plus at most 216 of addresses and
 		// TLVs are read through this buffer; a larger TLV block is read
@@ -146,7 +161,7 @@ func readV1(r *bufio.Reader) (net.Addr, error) {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("%w: v1: %w", ErrBadHeader, err)
 	}
-	if src.Is4() != (proto == "TCP4") || dst.Is4() != src.Is4() || src.Zone() != "" {
+	if src.Is4() != (proto == "TCP4") || dst.Is4() != src.Is4() || src.Zone() != "" || dst.Zone() != "" {
 		return nil, fmt.Errorf("%w: v1: addresses are not %s", ErrBadHeader, proto)
 	}
 	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, sport)), nil
@@ -186,6 +201,9 @@ func readV2(r *bufio.Reader) (net.Addr, error) {
 		need = 12
 	case 0x21: // TCP over IPv6
 		need = 36
+	case 0x00, 0x12, 0x22, 0x31, 0x32: // UNSPEC; UDP; unix sockets: the peer stands
+	default:
+		return nil, fmt.Errorf("%w: v2: family and protocol %#x", ErrBadHeader, fam)
 	}
 	if cmd > 1 {
 		return nil, fmt.Errorf("%w: v2: command %d", ErrBadHeader, cmd)
@@ -211,5 +229,5 @@ func readV2(r *bufio.Reader) (net.Addr, error) {
 		src = netip.AddrFrom16([16]byte(addrs[0:16]))
 		port = binary.BigEndian.Uint16(addrs[32:34])
 	}
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, port)), nil
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(src.Unmap(), port)), nil
 }

@@ -26,6 +26,10 @@ func TestRead(t *testing.T) {
 	copy(v6[16:], net.ParseIP("2001:db8::1"))
 	binary.BigEndian.PutUint16(v6[32:], 443)
 	binary.BigEndian.PutUint16(v6[34:], 8080)
+	mapped := make([]byte, 36)
+	copy(mapped, net.ParseIP("203.0.113.7").To16())
+	copy(mapped[16:], net.ParseIP("10.0.0.1").To16())
+	binary.BigEndian.PutUint16(mapped[32:], 443)
 	for _, tc := range []struct {
 		name, in, want string // want "" means nil (the peer stands), "bad" an error
 	}{
@@ -46,6 +50,8 @@ func TestRead(t *testing.T) {
 		{"v2 tcp6", string(v2(1, 0x21, v6, 5)) + "GET", "[2001:db8::9]:443"},
 		{"v2 local", string(v2(0, 0x00, nil, 0)) + "GET", ""},
 		{"v2 unix family", string(v2(1, 0x31, make([]byte, 216), 0)) + "GET", ""},
+		{"v2 unknown family", string(v2(1, 0x41, v4, 0)) + "GET", "bad"},
+		{"v2 tcp6 mapped v4", string(v2(1, 0x21, mapped, 0)) + "GET", "203.0.113.7:443"},
 		{"v2 short addresses", string(v2(1, 0x11, v4[:8], 0)), "bad"},
 		{"v2 truncated", string(v2(1, 0x11, v4, 0))[:20], "bad"},
 		{"v2 bad version", strings.Replace(string(v2(1, 0x11, v4, 0)), "\x21", "\x31", 1), "bad"},
@@ -138,4 +144,31 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("error %v is not ErrBadHeader", err)
 		}
 	})
+}
+
+// TestListenerAllow: a peer Allow refuses gets no hearing, header or not.
+func TestListenerAllow(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &Listener{Listener: ln, Allow: func(net.Addr) bool { return false }}
+	defer pl.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("PROXY TCP4 198.51.100.22 10.0.0.1 35646 80\r\nhello"))
+	sc, err := pl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if _, err := sc.Read(make([]byte, 5)); !errors.Is(err, ErrBadHeader) {
+		t.Fatalf("Read from a refused peer: %v, want ErrBadHeader", err)
+	}
+	if got := sc.RemoteAddr().String(); got == "198.51.100.22:35646" {
+		t.Fatal("a refused peer's header was believed")
+	}
 }
