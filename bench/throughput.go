@@ -67,6 +67,11 @@ type ThroughputOptions struct {
 	// core, wrk and the upstream on the second. The flood rounds keep
 	// their own open-loop senders.
 	Wrk bool
+	// H2load makes h2load the load generator, over HTTP/2
+	// (throughput_h2load.go), the cores shared as with Wrk: h2c with
+	// prior knowledge, or over TLS when TLS is set. Only fairgate (the
+	// net/http engine) and nginx (listen … http2) are compared.
+	H2load, TLS bool
 }
 
 // ThroughputRow is one measurement.
@@ -112,19 +117,38 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		o.FloodDuration = 10 * time.Second
 	}
 	var res ThroughputResult
-	if o.Wrk {
-		for _, b := range []string{"wrk", "taskset"} {
+	if o.Wrk || o.H2load {
+		gen := "wrk"
+		if o.H2load {
+			gen = "h2load"
+		}
+		for _, b := range []string{gen, "taskset"} {
 			if _, err := exec.LookPath(b); err != nil {
-				return res, fmt.Errorf("bench: --generator wrk needs %s (make bench-deps): %w", b, err)
+				return res, fmt.Errorf("bench: --generator %s needs %s (make bench-deps): %w", gen, b, err)
 			}
 		}
 	}
-	up, err := startChild(ctx, o.Binary, "upstream", "")
+	up, err := startChild(ctx, o.Binary, "upstream", "", nil)
 	if err != nil {
 		return res, err
 	}
 	defer up.stop()
-	if o.Wrk {
+	var h2 *h2Listen
+	if o.H2load {
+		h2 = &h2Listen{}
+		if o.TLS {
+			dir, err := os.MkdirTemp("", "fairgate-bench-tls")
+			if err != nil {
+				return res, err
+			}
+			defer os.RemoveAll(dir)
+			if h2.cert, h2.key, err = benchCert(dir); err != nil {
+				return res, err
+			}
+		}
+	}
+	pinned := o.Wrk || o.H2load
+	if pinned {
 		if err := pin(ctx, up.cmd.Process.Pid, loadCPU); err != nil {
 			return res, err
 		}
@@ -143,10 +167,12 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		name := strings.TrimSuffix(m, "-429")
 		if servers[name] == nil {
 			var c *child
-			switch name {
-			case "reverseproxy", "fairgate", "fairgate-gc100", "fairgate-fasthttp":
-				c, err = startChild(ctx, o.Binary, name, up.url)
-			case "nginx", "haproxy":
+			switch {
+			case h2 != nil && name != "fairgate" && name != "nginx":
+				continue // not compared over HTTP/2: reported as skipped
+			case name == "reverseproxy", name == "fairgate", name == "fairgate-gc100", name == "fairgate-fasthttp":
+				c, err = startChild(ctx, o.Binary, name, up.url, h2)
+			case name == "nginx", name == "haproxy":
 				if _, lerr := exec.LookPath(name); lerr != nil {
 					continue // reported as skipped in every round
 				}
@@ -154,7 +180,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 				if name == "haproxy" {
 					conf = haproxyConf
 				}
-				c, err = startExternal(ctx, name, conf, up.url)
+				c, err = startExternal(ctx, name, conf, up.url, h2)
 			default:
 				return res, fmt.Errorf("bench: unknown throughput mode %q", m)
 			}
@@ -162,7 +188,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 				return res, err
 			}
 			defer c.stop()
-			if o.Wrk {
+			if pinned {
 				if err := pin(ctx, c.cmd.Process.Pid, serverCPU); err != nil {
 					return res, err
 				}
@@ -177,6 +203,8 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 				row := ThroughputRow{Round: round, Conns: conns, Mode: m}
 				srv := servers[m]
 				switch {
+				case srv == nil && h2 != nil && !strings.HasPrefix(m, "nginx"):
+					row.Skipped = "not compared over HTTP/2"
 				case srv == nil:
 					row.Skipped = skipReason(strings.TrimSuffix(m, "-429"))
 				default:
@@ -184,7 +212,10 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 					if rejecting {
 						key = func(int) string { return floodKey }
 					}
-					if o.Wrk {
+					switch {
+					case o.H2load:
+						row, err = measureH2load(ctx, srv, up, conns, o.Duration, key(0), rejecting)
+					case o.Wrk:
 						keys := []string{floodKey}
 						if !rejecting {
 							keys = make([]string, throughputTenants)
@@ -193,7 +224,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 							}
 						}
 						row, err = measureWrk(ctx, srv, up, conns, o.Duration, keys, rejecting)
-					} else {
+					default:
 						row, err = measure(ctx, srv, up, conns, o.Duration, key)
 					}
 					if err != nil {
@@ -248,7 +279,7 @@ func startFloodServers(ctx context.Context, bin string, floods []string, servers
 			c.stop()
 		}
 	}
-	demo, err := startChild(ctx, bin, "demo-upstream", "")
+	demo, err := startChild(ctx, bin, "demo-upstream", "", nil)
 	if err != nil {
 		return stop, err
 	}
@@ -257,14 +288,14 @@ func startFloodServers(ctx context.Context, bin string, floods []string, servers
 		var c *child
 		switch m {
 		case "fairgate-flood":
-			c, err = startChild(ctx, bin, "fairgate-demo", demo.url)
+			c, err = startChild(ctx, bin, "fairgate-demo", demo.url, nil)
 		case "fairgate-fasthttp-flood":
-			c, err = startChild(ctx, bin, "fairgate-demo-fasthttp", demo.url)
+			c, err = startChild(ctx, bin, "fairgate-demo-fasthttp", demo.url, nil)
 		case "nginx-flood":
 			if _, lerr := exec.LookPath("nginx"); lerr != nil {
 				continue // reported as skipped in every round
 			}
-			c, err = startExternal(ctx, "nginx", nginxDemoConf, demo.url)
+			c, err = startExternal(ctx, "nginx", nginxDemoConf, demo.url, nil)
 		default:
 			return stop, fmt.Errorf("bench: unknown throughput mode %q", m)
 		}

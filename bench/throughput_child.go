@@ -31,14 +31,32 @@ type child struct {
 	dir string // removed at stop, when set
 }
 
+// h2Listen says a server of the run listens for HTTP/2: h2c, or over TLS
+// with cert and key when they are set.
+type h2Listen struct{ cert, key string }
+
+func (h *h2Listen) tls() bool { return h != nil && h.cert != "" }
+
+// The environment a bench-server child of a TLS run reads its certificate
+// from.
+const (
+	envBenchTLSCert = "FAIRGATE_BENCH_TLS_CERT"
+	envBenchTLSKey  = "FAIRGATE_BENCH_TLS_KEY"
+)
+
 // startChild runs `BINARY bench-server MODE UPSTREAM` with GOMAXPROCS=1
-// and waits for the address it prints.
-func startChild(ctx context.Context, bin, mode, upstream string) (*child, error) {
+// (over TLS when h2 says so) and waits for the address it prints.
+func startChild(ctx context.Context, bin, mode, upstream string, h2 *h2Listen) (*child, error) {
 	if bin == "" {
 		return nil, errors.New("bench: throughput needs the fairgate binary")
 	}
 	cmd := exec.CommandContext(ctx, bin, "bench-server", mode, upstream)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	scheme := "http://"
+	if h2.tls() {
+		cmd.Env = append(cmd.Env, envBenchTLSCert+"="+h2.cert, envBenchTLSKey+"="+h2.key)
+		scheme = "https://"
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -53,7 +71,7 @@ func startChild(ctx context.Context, bin, mode, upstream string) (*child, error)
 		cmd.Wait()
 		return nil, fmt.Errorf("bench: %s server: %w", mode, err)
 	}
-	return &child{cmd: cmd, url: "http://" + strings.TrimSpace(line)}, nil
+	return &child{cmd: cmd, url: scheme + strings.TrimSpace(line)}, nil
 }
 
 func (c *child) stop() {
@@ -125,6 +143,9 @@ func ServeThroughputChild(ctx context.Context, mode, upstream string, stdout io.
 		}
 		if strings.HasSuffix(mode, "-fasthttp") {
 			cfg.Server.Engine = gateway.EngineFast
+		}
+		if cert := os.Getenv(envBenchTLSCert); cert != "" {
+			cfg.Server.TLS = &gateway.TLSConfig{CertFile: cert, KeyFile: os.Getenv(envBenchTLSKey)}
 		}
 		gw, err := gateway.New(cfg, gateway.Options{})
 		if err != nil {

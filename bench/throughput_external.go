@@ -53,7 +53,7 @@ http {
   upstream up { server {{upstream}}; keepalive 64; }
 `
 	nginxLocation = `  server {
-    listen {{listen}};
+    listen {{listen}}{{listenopts}};{{tls}}
     location / {
 `
 	nginxTail = `      proxy_pass http://up;
@@ -91,7 +91,7 @@ backend be
 // startExternal runs an external server (nginx or haproxy) in the
 // foreground as one process, with its config from the template conf in a
 // temporary directory, and waits until it accepts connections.
-func startExternal(ctx context.Context, name, conf, upstream string) (*child, error) {
+func startExternal(ctx context.Context, name, conf, upstream string, h2 *h2Listen) (*child, error) {
 	dir, err := os.MkdirTemp("", "fairgate-bench-"+name)
 	if err != nil {
 		return nil, err
@@ -105,7 +105,19 @@ func startExternal(ctx context.Context, name, conf, upstream string) (*child, er
 	}
 	listen := ln.Addr().String()
 	ln.Close()
+	// Over HTTP/2 (nginx only): h2c with prior knowledge, or TLS with ALPN.
+	// An HTTP/2 connection is closed after keepalive_requests (1000 by
+	// default) requests, and h2load does not open another: no limit.
+	listenOpts, tlsConf, scheme := "", "", "http://"
+	switch {
+	case h2.tls():
+		listenOpts, scheme = " ssl http2", "https://"
+		tlsConf = "\n    keepalive_requests 1000000000;\n    ssl_certificate " + h2.cert + ";\n    ssl_certificate_key " + h2.key + ";"
+	case h2 != nil:
+		listenOpts, tlsConf = " http2", "\n    keepalive_requests 1000000000;"
+	}
 	conf = strings.NewReplacer("{{dir}}", dir, "{{flood}}", floodKey, "{{listen}}", listen,
+		"{{listenopts}}", listenOpts, "{{tls}}", tlsConf,
 		"{{upstream}}", strings.TrimPrefix(upstream, "http://")).Replace(conf)
 	file := filepath.Join(dir, name+".conf")
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
@@ -120,7 +132,7 @@ func startExternal(ctx context.Context, name, conf, upstream string) (*child, er
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, url: "http://" + listen, dir: dir}
+	c := &child{cmd: cmd, url: scheme + listen, dir: dir}
 	for range 100 {
 		if conn, err := net.Dial("tcp", listen); err == nil {
 			conn.Close()

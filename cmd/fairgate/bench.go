@@ -31,7 +31,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rounds := fs.Int("rounds", 3, "throughput: interleaved rounds of every mode")
 	conns := fs.String("conns", "8,64", "throughput: comma-separated closed-loop connection counts")
 	floodDur := fs.Duration("flood-duration", 10*time.Second, "throughput: each phase (quiet, flood) of the flood rounds")
-	generator := fs.String("generator", "client", "throughput: the load generator, the bench's own client or wrk (each server alone on the first core, wrk and the upstream on the second)")
+	generator := fs.String("generator", "client", "throughput: the load generator, the bench's own client, wrk (each server alone on the first core, wrk and the upstream on the second), or h2load (HTTP/2, cores as wrk's; fairgate and nginx)")
+	tlsRun := fs.Bool("tls", false, "throughput with --generator h2load: HTTP/2 over TLS (ALPN) instead of h2c")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,8 +51,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case "client":
 		case "wrk":
 			o.Wrk = true
+		case "h2load":
+			o.H2load, o.TLS = true, *tlsRun
 		default:
-			return fmt.Errorf("bench: --generator %q: want client or wrk", *generator)
+			return fmt.Errorf("bench: --generator %q: want client, wrk or h2load", *generator)
+		}
+		if *tlsRun && !o.H2load {
+			return errors.New("bench: --tls goes with --generator h2load")
 		}
 		if *quiet {
 			o.Progress = nil
