@@ -32,9 +32,8 @@ var knownGaps = map[Engine]map[string]string{
 	EngineFast: {
 		// fasthttp's server reads a request's body, and answers Expect:
 		// 100-continue, before it calls the handler that admits it.
-		"a refused request with an unsent body is answered at once": "fasthttp reads the body before the handler",
-		"no 100 Continue before admission":                          "fasthttp sends 100 Continue before the handler",
-		"unadmitted announced bodies are not held":                  "fasthttp allocates the announced body before the handler",
+		"a refused request with an unsent body is answered at once": "fasthttp reads min(announced, 8 KiB) of a body before it calls the handler",
+		"no 100 Continue before admission":                          "fasthttp sends 100 Continue before it calls the handler",
 		// fasthttp writes a response of unknown length chunked, and
 		// copies the upstream's protocol version to the client.
 		"an HTTP/1.0 client gets an identity body until close":  "fasthttp chunks an unknown length",
@@ -288,8 +287,10 @@ func checkUnadmittedBodiesNotHeld(base string, _ *recorder) error {
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
+	// Answered or not (an engine that waits for some of the body before
+	// the pipeline fails the check above, not this one), what counts is
+	// what the gateway holds for them meanwhile.
 	var wg sync.WaitGroup
-	errs := make([]error, conns)
 	cs := make([]net.Conn, conns)
 	for i := range conns {
 		c, br, err := rawRequest(base, "POST /api/v1/users/me HTTP/1.1\r\nHost: x\r\nContent-Length: 10485760\r\n\r\nx")
@@ -298,9 +299,7 @@ func checkUnadmittedBodiesNotHeld(base string, _ *recorder) error {
 		}
 		cs[i] = c
 		wg.Go(func() {
-			if resp, err := http.ReadResponse(br, nil); err != nil {
-				errs[i] = fmt.Errorf("no answer within 5 s: %w", err)
-			} else {
+			if resp, err := http.ReadResponse(br, nil); err == nil {
 				resp.Body.Close()
 			}
 		})
@@ -314,7 +313,7 @@ func checkUnadmittedBodiesNotHeld(base string, _ *recorder) error {
 	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 32<<20 {
 		return fmt.Errorf("%d unauthenticated heads announcing 10 MiB each grew the heap by %d MiB", conns, grew>>20)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func checkOneAttemptAfterTimeout(base string, up *recorder) error {

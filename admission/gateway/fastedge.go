@@ -118,10 +118,14 @@ func (e *fastEdge) server() *fasthttp.Server {
 			}
 			return fasthttp.RequestConfig{ReadTimeout: max(c.ReadTimeout-c.ReadHeaderTimeout, time.Millisecond)}
 		},
-		IdleTimeout:           c.IdleTimeout,
-		WriteTimeout:          c.WriteIdleTimeout,
-		ReadBufferSize:        c.MaxHeaderBytes,
-		MaxRequestBodySize:    int(min(c.MaxBodyBytes, 1<<31-1)),
+		IdleTimeout:        c.IdleTimeout,
+		WriteTimeout:       c.WriteIdleTimeout,
+		ReadBufferSize:     c.MaxHeaderBytes,
+		MaxRequestBodySize: int(min(c.MaxBodyBytes, 1<<31-1)),
+		// The body is read by an admitted request only (readBody), not
+		// before the handler: fasthttp then holds at most 8 KiB of an
+		// announced body before the pipeline runs, not all of it.
+		StreamRequestBody:     true,
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		// Nothing reads a request's start time (RequestCtx.Time): no clock
@@ -184,6 +188,13 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	x.SetAnswerHeader(admission.HeaderRequestID, id)
 	reqID := string(id)
 	x.reqID = reqID
+	x.maxBody = e.s.cfg.Load().Server.MaxBodyBytes
+	if int64(rc.Request.Header.ContentLength()) > x.maxBody {
+		// As the net/http edge: 413 before the pipeline runs when the
+		// announced length already says too much.
+		admission.WriteReason(&fastAnswer{rc: rc}, admission.ReasonBodyTooLarge, 0, reqID, "")
+		return false
+	}
 	method := methodOf(rc.Method())
 	h := &rc.Request.Header
 	// No protocol upgrades (WebSocket, h2c), as on the net/http edge,

@@ -5,6 +5,8 @@ package gateway
 // (http.ResponseWriter) see it.
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -49,6 +51,10 @@ type fastExchange struct {
 	credVals [2]string
 	// body is the upstream's response body, when it streams
 	body upstreamBody
+	// maxBody is max_body_bytes for the request; body0 is the exchange's
+	// buffer the request body is read into (kept across requests).
+	maxBody int64
+	body0   []byte
 	// readBody and clientGone as func values, made once
 	readBodyFn func() error
 	goneFn     func()
@@ -135,12 +141,31 @@ func (x *fastExchange) replay(resp *fasthttp.Response) {
 	}
 }
 
-// readBody is the pipeline's ReadBody for the request: fasthttp has read
-// the body already, so it only starts watching for the client to go away
+// readBody is the pipeline's ReadBody for the request, called once the
+// cheap layers have admitted it: it reads the body, bounded by
+// max_body_bytes (an *http.MaxBytesError beyond, which the pipeline
+// answers 413), and sets it as the request's, so the upstream gets it
+// with a Content-Length, as from the net/http edge (admission's
+// bufferBody). Then it starts watching for the client to go away
 // (goneWatcher) while the request waits for a seat and, after, for the
-// upstream, cancelling the request's context then. x.readBodyFn is it, made
-// once per pooled exchange.
+// upstream, cancelling the request's context then. x.readBodyFn is it,
+// made once per pooled exchange.
 func (x *fastExchange) readBody() error {
+	if stream := x.rc.RequestBodyStream(); stream != nil {
+		buf := bytes.NewBuffer(x.body0[:0])
+		n, err := buf.ReadFrom(io.LimitReader(stream, x.maxBody+1))
+		if err != nil {
+			return err
+		}
+		if n > x.maxBody {
+			return &http.MaxBytesError{Limit: x.maxBody}
+		}
+		x.rc.Request.SetBody(buf.Bytes()) // a copy: the buffer is the exchange's
+		if b := buf.Bytes(); cap(b) <= 64<<10 { // a pooled exchange keeps no large body
+			x.body0 = b[:0]
+		}
+		x.rc.Request.Header.SetContentLength(buf.Len())
+	}
 	if c, ok := x.rc.Conn().(*edgeConn); ok && x.watcher.watch(c, x.goneFn) {
 		x.watching = c
 	}
