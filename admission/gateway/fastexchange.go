@@ -160,7 +160,7 @@ func (x *fastExchange) readBody() error {
 		if n > x.maxBody {
 			return &http.MaxBytesError{Limit: x.maxBody}
 		}
-		x.rc.Request.SetBody(buf.Bytes()) // a copy: the buffer is the exchange's
+		x.rc.Request.SetBody(buf.Bytes())       // a copy: the buffer is the exchange's
 		if b := buf.Bytes(); cap(b) <= 64<<10 { // a pooled exchange keeps no large body
 			x.body0 = b[:0]
 		}
