@@ -30,14 +30,11 @@ var engines = []Engine{EngineNetHTTP, EngineFast}
 // why. The reference engine has none.
 var knownGaps = map[Engine]map[string]string{
 	EngineFast: {
-		// fasthttp's server reads a request's body, and answers Expect:
-		// 100-continue, before it calls the handler that admits it.
+		// fasthttp's server reads the first bytes of a request's body,
+		// and answers Expect: 100-continue, before it calls any handler;
+		// its API does not let a handler change either.
 		"a refused request with an unsent body is answered at once": "fasthttp reads min(announced, 8 KiB) of a body before it calls the handler",
 		"no 100 Continue before admission":                          "fasthttp sends 100 Continue before it calls the handler",
-		// fasthttp writes a response of unknown length chunked, and
-		// copies the upstream's protocol version to the client.
-		"an HTTP/1.0 client gets an identity body until close":  "fasthttp chunks an unknown length",
-		"behind an HTTP/1.0 upstream the client keeps HTTP/1.1": "fasthttp copies the upstream's version",
 	},
 }
 

@@ -297,6 +297,11 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	// The upstream's status and fields, then the answer's own again
 	// (request and trace IDs, RateLimit), which CopyTo replaced.
 	up.Header.CopyTo(&rc.Response.Header)
+	// The upstream's protocol version and connection are its own: the
+	// client keeps HTTP/1.1 and its keep-alive behind an HTTP/1.0
+	// upstream (the server still answers an HTTP/1.0 client in kind).
+	rc.Response.Header.SetProtocol(http11)
+	rc.Response.Header.ResetConnectionClose()
 	x.replay(&rc.Response)
 	stream := up.BodyStream()
 	if stream == nil {
@@ -309,7 +314,13 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	// keeps its seat and slot, and x, until it has (upstreamBody.Close).
 	x.body = upstreamBody{r: stream, up: up, lease: *lease, conn: rc.Conn(), upconn: upconn,
 		idle: srv.WriteIdleTimeout, upIdle: max(srv.WriteIdleTimeout, srv.UpstreamTimeout), x: x, pool: &e.exchanges}
-	rc.Response.SetBodyStream(&x.body, up.Header.ContentLength())
+	if up.Header.ContentLength() < 0 && !rc.Request.Header.IsHTTP11() {
+		x.untilClose(rc)
+		return true
+	}
+	// An unknown length (-2: until the upstream closes) is chunked to the
+	// client, whose connection stays open.
+	rc.Response.SetBodyStream(&x.body, max(up.Header.ContentLength(), -1))
 	return true
 }
 
@@ -374,6 +385,8 @@ func (e *fastEdge) forwarded(h *fasthttp.RequestHeader, remote, host string) (fw
 func brokenBeforeAnswer(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
+
+var http11 = []byte("HTTP/1.1")
 
 // idempotent reports whether req's method is idempotent (RFC 9110 §9.2.2).
 func idempotent(req *fasthttp.Request) bool {

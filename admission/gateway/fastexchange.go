@@ -7,6 +7,7 @@ package gateway
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -221,3 +222,23 @@ func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 // b2s is b as a string, for a call that neither keeps it nor outlives b's
 // contents.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// untilClose answers an HTTP/1.0 client a body of unknown length (x.body)
+// as HTTP/1.0 frames it: as it comes, until the connection closes.
+// fasthttp would chunk it, which HTTP/1.0 has no notion of, so the
+// connection is taken over (Hijack) once the handler returns, the head
+// written as fasthttp renders it less its transfer coding, and the body
+// copied; its Close then releases the request, as after a streamed body.
+func (x *fastExchange) untilClose(rc *fasthttp.RequestCtx) {
+	h := &rc.Response.Header
+	h.Del("Transfer-Encoding")
+	h.SetConnectionClose()
+	head := append([]byte(nil), h.Header()...)
+	rc.HijackSetNoResponse(true)
+	rc.Hijack(func(c net.Conn) {
+		if _, err := c.Write(head); err == nil {
+			io.Copy(c, &x.body)
+		}
+		x.body.Close()
+	})
+}
