@@ -127,6 +127,9 @@ func (e *fastEdge) server() *fasthttp.Server {
 		// announced body before the pipeline runs, not all of it.
 		StreamRequestBody:     true,
 		NoDefaultServerHeader: true,
+		// Errors are sentinels (malformed matches them), and carry no
+		// part of the request.
+		SecureErrorLogMessage: true,
 		NoDefaultContentType:  true,
 		// Nothing reads a request's start time (RequestCtx.Time): no clock
 		// read per request for it.
@@ -160,10 +163,11 @@ func (e *fastEdge) malformed(rc *fasthttp.RequestCtx, err error) {
 		return
 	}
 	status := http.StatusBadRequest
-	switch msg := err.Error(); {
-	case strings.Contains(msg, "small read buffer"):
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.As(err, &small):
 		status = http.StatusRequestHeaderFieldsTooLarge
-	case strings.Contains(msg, "unsupported transfer-encoding"):
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding): // SecureErrorLogMessage's sentinel
 		status = http.StatusNotImplemented
 	}
 	rc.Response.Header.SetContentType("text/plain; charset=utf-8")
