@@ -48,7 +48,7 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		ctx := r.Context()
 		req := Request{Method: r.Method, Path: r.URL.Path, RawPath: r.URL.RawPath, Header: r.Header, RemoteAddr: r.RemoteAddr,
 			Priority: prio, HasPriority: hasPrio}
-		if call == upstreamCalledByNext {
+		if call == upstreamCalledByNext && r.Body != http.NoBody && ctx.Value(streamedBodyKey{}) == nil {
 			req.bodyOf = r
 		}
 		d, err := g.check(ctx, req)
@@ -213,6 +213,17 @@ func (g *Gate) Echo() echo.MiddlewareFunc { return echo.WrapMiddleware(g.Middlew
 var connCloseValue = []string{"close"}
 
 type decisionKey struct{}
+
+type streamedBodyKey struct{}
+
+// WithStreamedBody marks ctx's request, for ProxyMiddleware, as one whose
+// body is forwarded as it comes rather than read whole before the queue:
+// a gRPC call's request stream, which does not end while the call runs
+// (client and bidirectional streaming). Nothing of it is read before the
+// request is admitted either way.
+func WithStreamedBody(ctx context.Context) context.Context {
+	return context.WithValue(ctx, streamedBodyKey{}, true)
+}
 
 // FromContext returns the decision of the request whose context ctx is, for
 // handlers behind the middleware.

@@ -63,7 +63,10 @@ func withGRPCAnswer(w http.ResponseWriter, r *http.Request) (http.ResponseWriter
 		return w, r, func() {}
 	}
 	ga := &grpcAnswer{ResponseWriter: w}
-	return ga, r.WithContext(context.WithValue(r.Context(), grpcAnswerKey{}, ga)), func() { ga.finish("") }
+	// The call's request stream goes upstream as it comes: a client or
+	// bidirectional stream does not end while the call runs.
+	ctx := admission.WithStreamedBody(context.WithValue(r.Context(), grpcAnswerKey{}, ga))
+	return ga, r.WithContext(ctx), func() { ga.finish("") }
 }
 
 // upstreamAnswering tells the gRPC writer of ctx's request, if any, that

@@ -13,18 +13,22 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 )
 
 // TestGRPCEndToEnd: a real grpc-go client through the gateway to a real
-// gRPC server (the health service) over h2c: unary and server-streaming
-// calls pass, trailers included; an over-quota call fails with
+// gRPC server (the health and reflection services) over h2c: unary,
+// server-streaming
+// and bidirectional-streaming calls pass, trailers included; an over-quota call fails with
 // RESOURCE_EXHAUSTED, its retry delay in grpc-retry-pushback-ms and the
 // RateLimit fields; a missing key is UNAUTHENTICATED.
 func TestGRPCEndToEnd(t *testing.T) {
 	hs := health.NewServer()
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs) // its ServerReflectionInfo is a bidirectional stream
 	uln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +79,31 @@ func TestGRPCEndToEnd(t *testing.T) {
 		t.Fatalf("second Watch message: %v, %v", m, err)
 	}
 	scancel()
+
+	// Bidirectional streaming: each request is answered while the stream
+	// stays open (a request stream read whole before the call would never
+	// end).
+	bctx, bcancel := withKey("demo-enterprise-key")
+	defer bcancel()
+	bidi, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := bidi.Send(&reflectionpb.ServerReflectionRequest{
+			MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			t.Fatalf("bidi send %d: %v", i, err)
+		}
+		m, err := bidi.Recv()
+		if err != nil {
+			t.Fatalf("bidi answer %d: %v", i, err)
+		}
+		if len(m.GetListServicesResponse().GetService()) < 2 {
+			t.Fatalf("bidi answer %d lists %v", i, m.GetListServicesResponse().GetService())
+		}
+	}
+	bidi.CloseSend()
+	bcancel()
 
 	// A gRPC error status of the upstream's (in its trailers) reaches the
 	// client as it is.
