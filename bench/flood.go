@@ -58,7 +58,9 @@ const (
 // FloodRow is one flood round of one server.
 type FloodRow struct {
 	Round int
-	// Mode is fairgate-flood, fairgate-fasthttp-flood or nginx-flood.
+	// Mode is fairgate-flood, fairgate-fasthttp-flood or nginx-flood (an
+	// over-quota key's flood), fairgate-anon-flood (no key) or
+	// fairgate-body-flood (no key, a body announced and never sent).
 	Mode string
 	// Skipped says why the mode did not run (its binary is missing).
 	Skipped string
@@ -94,14 +96,53 @@ func (r FloodRow) Ratio() float64 {
 	return r.LoudP99 / r.QuietP99
 }
 
-// paced is an open-loop sender: n requests of GET url with key, request i
-// scheduled at start + i/rate, spread over conns keep-alive connections
-// (request i on connection i mod conns). A connection that is behind
-// sends its next request at once.
+// paced is an open-loop sender: n requests of GET url with key (none when
+// empty), request i scheduled at start + i/rate, spread over conns
+// keep-alive connections (request i on connection i mod conns). A
+// connection that is behind sends its next request at once. With body
+// set, each request is a POST announcing body bytes that sends one and
+// then nothing until its answer has come.
 type paced struct {
 	url, key string
 	rate     float64
 	n, conns int
+	body     int64
+}
+
+// floodKind is what a flood round's flood sends.
+type floodKind struct {
+	key  string // "": no credential
+	body int64  // > 0: a POST announcing this many bytes, one sent
+}
+
+// floodOf is the flood of mode: an over-quota key's GETs; no key
+// (anon-flood); or no key and a body of max_body_bytes announced
+// (body-flood, the demo's 1 MiB).
+func floodOf(mode string) floodKind {
+	switch {
+	case strings.HasSuffix(mode, "-anon-flood"):
+		return floodKind{}
+	case strings.HasSuffix(mode, "-body-flood"):
+		return floodKind{body: 1 << 20}
+	}
+	return floodKind{key: demoFloodKey}
+}
+
+// stalledBody is a request body that sends one byte and then nothing
+// until done is closed.
+type stalledBody struct {
+	sent bool
+	done <-chan struct{}
+}
+
+func (b *stalledBody) Read(p []byte) (int, error) {
+	if !b.sent && len(p) > 0 {
+		b.sent = true
+		p[0] = 'x'
+		return 1, nil
+	}
+	<-b.done
+	return 0, context.Canceled
 }
 
 // pacedResult is what a paced sender saw.
@@ -165,19 +206,32 @@ func (p paced) runConn(ctx context.Context, start time.Time, c int) pacedResult 
 		r.sent++
 		r.lag = append(r.lag, max(t0.Sub(at), 0))
 		r.lastStart = max(r.lastStart, t0.Sub(start))
-		req, err := http.NewRequestWithContext(ctx, "GET", p.url, nil)
+		rctx, cancel := context.WithCancel(ctx)
+		method, body := "GET", io.Reader(nil)
+		if p.body > 0 {
+			method, body = "POST", &stalledBody{done: rctx.Done()}
+		}
+		req, err := http.NewRequestWithContext(rctx, method, p.url, body)
 		if err != nil {
+			cancel()
 			r.byStatus[0]++
 			continue
 		}
-		req.Header["Authorization"] = []string{"Bearer " + p.key}
+		if p.body > 0 {
+			req.ContentLength = p.body
+		}
+		if p.key != "" {
+			req.Header["Authorization"] = []string{"Bearer " + p.key}
+		}
 		resp, err := client.Do(req)
 		if err != nil {
+			cancel()
 			r.byStatus[0]++
 			continue
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		cancel()
 		r.lat = append(r.lat, time.Since(at))
 		r.byStatus[resp.StatusCode]++
 	}
@@ -250,12 +304,12 @@ func formatCounts(m map[string]int) string {
 
 // measureFlood runs one flood round against srv: the innocent tenant alone
 // for d, then the innocent tenant and the flood together for d.
-func measureFlood(ctx context.Context, srv *child, d time.Duration) (FloodRow, error) {
+func measureFlood(ctx context.Context, srv *child, d time.Duration, kind floodKind) (FloodRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*d+30*time.Second)
 	defer cancel()
 	url := srv.url + demoPath
 	innocent := paced{url: url, key: demoInnocentKey, rate: InnocentRate, n: int(InnocentRate * d.Seconds()), conns: innocentConns}
-	flood := paced{url: url, key: demoFloodKey, rate: FloodRate, n: int(FloodRate * d.Seconds()), conns: floodConns}
+	flood := paced{url: url, key: kind.key, body: kind.body, rate: FloodRate, n: int(FloodRate * d.Seconds()), conns: floodConns}
 	quiet := innocent.run(ctx, time.Now())
 	if err := ctx.Err(); err != nil {
 		return FloodRow{}, err

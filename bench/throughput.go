@@ -33,7 +33,8 @@ import (
 // fairgate-fasthttp is fairgate on the opt-in fasthttp engine
 // (server.engine) instead of the default net/http.
 var ThroughputModes = []string{"direct", "reverseproxy", "fairgate", "fairgate-429", "fairgate-gc100", "fairgate-gc100-429", "fairgate-fasthttp", "fairgate-fasthttp-429",
-	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-fasthttp-flood", "nginx-flood"}
+	"nginx", "nginx-429", "haproxy", "haproxy-429", "fairgate-flood", "fairgate-fasthttp-flood", "nginx-flood",
+	"fairgate-anon-flood", "fairgate-body-flood"}
 
 // throughputTenants is how many tenants the proxied load rotates over;
 // their quotas never bind.
@@ -243,7 +244,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 			row := FloodRow{Round: round, Mode: m}
 			if srv := servers[m]; srv == nil {
 				row.Skipped = skipReason(strings.TrimSuffix(m, "-flood"))
-			} else if row, err = measureFlood(ctx, srv, o.FloodDuration); err != nil {
+			} else if row, err = measureFlood(ctx, srv, o.FloodDuration, floodOf(m)); err != nil {
 				return res, err
 			}
 			row.Round, row.Mode = round, m
@@ -287,8 +288,13 @@ func startFloodServers(ctx context.Context, bin string, floods []string, servers
 	for _, m := range floods {
 		var c *child
 		switch m {
-		case "fairgate-flood":
-			c, err = startChild(ctx, bin, "fairgate-demo", demo.url, nil)
+		case "fairgate-flood", "fairgate-anon-flood", "fairgate-body-flood":
+			// One gateway serves the three floods: a key over its quota,
+			// no key, and no key with an announced body.
+			if c = servers["fairgate-flood"]; c == nil {
+				c, err = startChild(ctx, bin, "fairgate-demo", demo.url, nil)
+			}
+			servers["fairgate-flood"] = c
 		case "fairgate-fasthttp-flood":
 			c, err = startChild(ctx, bin, "fairgate-demo-fasthttp", demo.url, nil)
 		case "nginx-flood":
