@@ -7,6 +7,34 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// decided is what every stack does once the pipeline has decided request
+// reqID, in one place: it records, traces and logs d, and sets the
+// answer's fields with set (buf lends the rendering its buffers). A
+// rejection's status and JSON body are returned for the caller to write
+// (valid until buf goes back to the pool); when the request announced a
+// body that was not read (bodyUnread), its connection closes after the
+// answer, which then goes at once rather than after the body, or instead
+// of reading one nobody will use. An admitted request gets its RateLimit
+// fields, and status 0.
+func (g *Gate) decided(ctx context.Context, d *Decision, reqID string, bodyUnread bool, buf *rejectBuffer, set func(key string, v []byte)) (status int, body []byte) {
+	g.record(ctx, d, reqID)
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		d.Annotate(sp)
+	}
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		g.logDecision(ctx, d, reqID)
+	}
+	if !d.Allowed {
+		status, body = buf.reject(d, reqID, set)
+		if bodyUnread {
+			set("Connection", connClose)
+		}
+		return status, body
+	}
+	buf.msg = setRateLimitHeaders(d, buf.msg[:0], set)
+	return 0, nil
+}
+
 // Exchange is one request and its answer as an HTTP stack other than
 // net/http hands them to the pipeline (the gateway's fasthttp edge): Admit
 // reads and changes the request's header fields and sets the answer's
@@ -46,21 +74,12 @@ func (g *Gate) Admit(ctx context.Context, req Request, x Exchange, reqID string)
 	if err != nil {
 		return d, err
 	}
-	g.record(ctx, &d, reqID)
-	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
-		d.Annotate(sp)
-	}
-	if g.log.Enabled(ctx, slog.LevelDebug) {
-		g.logDecision(ctx, &d, reqID)
-	}
 	buf := rejectBuffers.Get().(*rejectBuffer)
 	defer rejectBuffers.Put(buf)
-	set := func(key string, v []byte) { x.SetAnswerHeader(key, v) }
-	if !d.Allowed {
-		x.Answer(buf.reject(&d, reqID, set))
+	if status, body := g.decided(ctx, &d, reqID, req.BodyUnread, buf, x.SetAnswerHeader); status != 0 {
+		x.Answer(status, body)
 		return d, nil
 	}
-	buf.msg = setRateLimitHeaders(&d, buf.msg[:0], set)
 	// Only a request that goes on to the upstream needs its client-set
 	// fields stripped: the pipeline read none of them.
 	x.StripRequestHeaders(IsClientHeader)

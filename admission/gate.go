@@ -203,6 +203,11 @@ type Request struct {
 	// else should.
 	Priority    shed.Priority
 	HasPriority bool
+	// BodyUnread says the request announced a body that the stack has
+	// not read (ReadBody reads it, once the cheap layers have admitted
+	// the request): a rejection then closes the connection after its
+	// answer (Gate.Admit).
+	BodyUnread bool
 	// ReadBody, when set, is called once the cheap layers (identify, rate,
 	// concurrency, shed) have admitted the request and before it waits for
 	// a bulkhead seat. A proxy reads the body there (ProxyMiddleware does):

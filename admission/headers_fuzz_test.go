@@ -285,3 +285,11 @@ func TestSFListParser(t *testing.T) {
 		}
 	}
 }
+
+// writeRateLimitHeaders sets d's RateLimit fields on h, their text kept in
+// t, as the middleware does.
+func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
+	buf := rejectBuffers.Get().(*rejectBuffer)
+	buf.msg = setRateLimitHeaders(d, buf.msg[:0], func(key string, v []byte) { t.set(h, key, v) })
+	rejectBuffers.Put(buf)
+}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Middleware returns the gate as net/http middleware, for a service that
@@ -80,31 +79,21 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			var id [16]byte
 			reqID = t.set(h, HeaderRequestID, AppendRequestID(id[:0]))
 		}
-		g.record(ctx, dp, reqID)
-		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
-			dp.Annotate(sp)
-		}
-		if g.log.Enabled(ctx, slog.LevelDebug) {
-			g.logDecision(ctx, dp, reqID)
-		}
-		if !dp.Allowed {
+		// An HTTP/1 request's announced body is unread here (bufferBody
+		// reads it only once the cheap layers admitted it); HTTP/2 resets
+		// a refused stream instead of closing the connection.
+		bodyUnread := r.ContentLength != 0 && r.ProtoMajor == 1
+		buf := rejectBuffers.Get().(*rejectBuffer)
+		status, body := g.decided(ctx, dp, reqID, bodyUnread, buf, func(key string, v []byte) { t.set(h, key, v) })
+		if status != 0 {
 			// From the pooled buffer's last rendering when it is the same
 			// (rejectBuffer.reject): under a flood it is.
-			buf := rejectBuffers.Get().(*rejectBuffer)
-			status, body := buf.reject(dp, reqID, func(key string, v []byte) { t.set(h, key, v) })
-			if r.ContentLength != 0 && r.ProtoMajor == 1 {
-				// A body announced and, refused before it was read, not
-				// read: the answer goes now and the connection closes
-				// after it, rather than wait for (or read) a body
-				// nobody will use. (HTTP/2 resets the stream instead.)
-				h["Connection"] = connCloseValue
-			}
 			w.WriteHeader(status)
 			w.Write(body)
 			rejectBuffers.Put(buf)
 			return
 		}
-		writeRateLimitHeaders(h, dp, t)
+		rejectBuffers.Put(buf)
 		tw := &st.tw
 		tw.ResponseWriter = w
 		defer func() {
@@ -206,11 +195,6 @@ func (g *Gate) logDecision(ctx context.Context, d *Decision, reqID string) {
 
 // Echo returns the gate as Echo middleware.
 func (g *Gate) Echo() echo.MiddlewareFunc { return echo.WrapMiddleware(g.Middleware) }
-
-// connCloseValue is the Connection field of an answer after which the
-// connection closes, shared: a header map keeps the slice, and nothing
-// writes to it.
-var connCloseValue = []string{"close"}
 
 type decisionKey struct{}
 

@@ -1,11 +1,10 @@
 package admission
 
 import (
-	"net/http"
 	"strconv"
 )
 
-// writeRateLimitHeaders sets the IETF draft's RateLimit-Policy field (every
+// setRateLimitHeaders sets the IETF draft's RateLimit-Policy field (every
 // bucket the request was charged to, by name) and RateLimit field, and the
 // widely deployed RateLimit-Limit, -Remaining and -Reset, both for the
 // tightest bucket: the one that refused with the longest wait, else the
@@ -14,16 +13,9 @@ import (
 // They say only what is known: a bucket the store answered for without
 // reading it (a failure policy, a cached denial) has a policy item but no
 // state item, and the trio describes a bucket whose state is known, or is
-// left out. The values are kept in t (no allocation of their own).
-func writeRateLimitHeaders(h http.Header, d *Decision, t *answerText) {
-	buf := rejectBuffers.Get().(*rejectBuffer)
-	buf.msg = setRateLimitHeaders(d, buf.msg[:0], func(key string, v []byte) { t.set(h, key, v) })
-	rejectBuffers.Put(buf)
-}
-
-// setRateLimitHeaders sets d's RateLimit fields (writeRateLimitHeaders)
-// with set, a value valid only during its call, each rendered in b (set's
-// argument escapes, so the caller lends a buffer); it returns b.
+// left out. Each is set with set, its value valid only during the call,
+// rendered in b (set's argument escapes, so the caller lends a buffer); it
+// returns b.
 func setRateLimitHeaders(d *Decision, b []byte, set func(key string, v []byte)) []byte {
 	for i := range d.NQuotas {
 		q := &d.Quotas[i]

@@ -232,8 +232,9 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	// The path and the credentials are views of the request's buffers:
 	// Admit keeps none of a request's strings, and nothing changes the
 	// request before it returns.
+	cl := rc.Request.Header.ContentLength()
 	req := admission.Request{Method: method, Path: b2s(rc.Path()), Header: x.creds,
-		RemoteAddr: remote, ReadBody: x.readBodyFn}
+		RemoteAddr: remote, ReadBody: x.readBodyFn, BodyUnread: cl > 0 || cl == -1}
 	if raw := rc.URI().PathOriginal(); bytes.IndexByte(raw, '%') >= 0 {
 		req.RawPath = b2s(raw)
 	}
