@@ -9,18 +9,8 @@ package bench
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -56,17 +46,7 @@ func measureH2load(ctx context.Context, srv, up *child, conns int, d time.Durati
 	} else {
 		row.Errors = h.failed + h.status4xx + h.status5xx
 	}
-	serverCPU := srv.cpu() - cpu0
-	row.ServerBusy = serverCPU.Seconds() / wall.Seconds()
-	if n := float64(h.status2xx + h.status4xx + h.status5xx); n > 0 {
-		row.ServerCPU = float64(serverCPU.Microseconds()) / n
-		if srv != up {
-			row.UpstreamCPU = float64((up.cpu() - up0).Microseconds()) / n
-		}
-		if ps := cmd.ProcessState; ps != nil {
-			row.LoadCPU = float64((ps.UserTime() + ps.SystemTime()).Microseconds()) / n
-		}
-	}
+	row.setCPU(srv, up, cpu0, up0, wall, h.status2xx+h.status4xx+h.status5xx, cmd.ProcessState)
 	return row, nil
 }
 
@@ -123,30 +103,4 @@ func parseH2load(out string) (h2loadResult, error) {
 		return r, fmt.Errorf("bench: no result in h2load's report:\n%s", out)
 	}
 	return r, nil
-}
-
-// benchCert writes a self-signed certificate for 127.0.0.1 into dir, for
-// the servers of a TLS run, and returns the files' paths.
-func benchCert(dir string) (cert, key string, err error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return "", "", err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fairgate bench"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		return "", "", err
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		return "", "", err
-	}
-	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return "", "", err
-	}
-	return cert, key, os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
 }

@@ -89,19 +89,25 @@ func measureWrk(ctx context.Context, srv, up *child, conns int, d time.Duration,
 	}
 	row.Errors += w.socketErrors
 	row.P50, row.P99 = w.p50, w.p99
+	row.setCPU(srv, up, cpu0, up0, wall, w.requests, cmd.ProcessState)
+	return row, nil
+}
+
+// setCPU sets row's CPU figures for n answers in wall: srv's and up's CPU
+// since cpu0 and up0, and the generator's (ps, when it has ended).
+func (row *ThroughputRow) setCPU(srv, up *child, cpu0, up0, wall time.Duration, n int, ps *os.ProcessState) {
 	serverCPU := srv.cpu() - cpu0
 	row.ServerBusy = serverCPU.Seconds() / wall.Seconds()
-	if w.requests > 0 {
-		n := float64(w.requests)
-		row.ServerCPU = float64(serverCPU.Microseconds()) / n
-		if srv != up {
-			row.UpstreamCPU = float64((up.cpu() - up0).Microseconds()) / n
-		}
-		if ps := cmd.ProcessState; ps != nil {
-			row.LoadCPU = float64((ps.UserTime() + ps.SystemTime()).Microseconds()) / n
-		}
+	if n <= 0 {
+		return
 	}
-	return row, nil
+	row.ServerCPU = float64(serverCPU.Microseconds()) / float64(n)
+	if srv != up {
+		row.UpstreamCPU = float64((up.cpu() - up0).Microseconds()) / float64(n)
+	}
+	if ps != nil {
+		row.LoadCPU = float64((ps.UserTime() + ps.SystemTime()).Microseconds()) / float64(n)
+	}
 }
 
 // wrkResult is what wrk printed.
