@@ -271,9 +271,6 @@ func (c *Config) validate(needUpstream bool) error {
 		errs = append(errs, fmt.Errorf("upstream_protocol: %w", err))
 	}
 	errs = append(errs, s.validateEdge()...)
-	if c.UpstreamProtocol == UpstreamH2C && s.Engine == EngineFast {
-		errs = append(errs, errors.New("upstream_protocol: h2c is reached by engine net/http only"))
-	}
 	if c.UpstreamProtocol == UpstreamH2C && strings.HasPrefix(c.Upstream, "https:") {
 		errs = append(errs, errors.New("upstream_protocol: h2c is cleartext; an https upstream negotiates HTTP/2 by ALPN with http1"))
 	}

@@ -17,12 +17,6 @@ func (s ServerConfig) validateEdge() []error {
 		if t.KeyFile == "" {
 			errs = append(errs, errors.New("server.tls.key_file: required (the certificate's PEM private key)"))
 		}
-		if s.Engine == EngineFast {
-			errs = append(errs, errors.New("server.tls: served by engine net/http only (fasthttp serves cleartext HTTP/1.x)"))
-		}
-	}
-	if s.ProxyProtocol && s.Engine == EngineFast {
-		errs = append(errs, errors.New("server.proxy_protocol: served by engine net/http only"))
 	}
 	if _, err := parseTrustedProxies(s.TrustedProxies); err != nil {
 		errs = append(errs, err)

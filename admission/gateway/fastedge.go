@@ -203,8 +203,11 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	// and no hop-by-hop fields.
 	remote, host := peerOf(rc)
 	fwdFor, fwdProto := host, "http"
+	if rc.IsTLS() {
+		fwdProto = "https"
+	}
 	if len(e.s.trusted) > 0 { // before hop-by-hop removal, as the net/http edge reads them
-		fwdFor, fwdProto, remote = e.forwarded(h, remote, host)
+		fwdFor, fwdProto, remote = e.forwarded(h, remote, host, fwdProto)
 	}
 	removeHopByHop(h)
 	x.setCredentials(h)

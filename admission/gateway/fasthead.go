@@ -16,13 +16,13 @@ import (
 )
 
 // forwarded is forwardingFields for a request from remote (whose IP is
-// host) with header h.
-func (e *fastEdge) forwarded(h *fasthttp.RequestHeader, remote, host string) (fwdFor, fwdProto, client string) {
+// host) with header h, over proto (http or https).
+func (e *fastEdge) forwarded(h *fasthttp.RequestHeader, remote, host, proto string) (fwdFor, fwdProto, client string) {
 	var xff []string
 	for _, v := range h.PeekAll("X-Forwarded-For") {
 		xff = append(xff, string(v))
 	}
-	return e.s.trusted.forwardingFields(remote, host, xff, string(h.Peek("X-Forwarded-Proto")), "http")
+	return e.s.trusted.forwardingFields(remote, host, xff, string(h.Peek("X-Forwarded-Proto")), proto)
 }
 
 // brokenBeforeAnswer reports whether err is how a connection the upstream

@@ -129,7 +129,7 @@ func (w *goneWatcher) loop() {
 // add starts watching c, for its life. Watching fails on a connection
 // that is not TCP; c is then served as before, its requests unwatched.
 func (w *goneWatcher) add(c *edgeConn) {
-	tc, isTCP := c.Conn.(*net.TCPConn)
+	tc, isTCP := tcpOf(c.Conn)
 	if !isTCP {
 		return
 	}

@@ -321,7 +321,6 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 		{name: "upstream_protocol", from: "server:\n", to: "upstream_protocol: h3\nserver:\n", want: `upstream_protocol: "h3" is not http1 or h2c`},
 		{name: "trusted_proxies", from: "server:\n", to: "server:\n  trusted_proxies: [10.0.0.0/8, nonsense]\n", want: `server.trusted_proxies[1]: "nonsense" is not a CIDR`},
 		{name: "tls key", from: "server:\n", to: "server:\n  tls: {cert_file: c.pem}\n", want: "server.tls.key_file: required"},
-		{name: "tls on fasthttp", from: "server:\n", to: "server:\n  engine: fasthttp\n  tls: {cert_file: c.pem, key_file: k.pem}\n", want: "server.tls: served by engine net/http only"},
 		{name: "limit cost", from: proTier, to: proTier + "    limits: [{name: minute, burst: 3, per: 1m}]\n", want: "routes[1].cost: 5 is above tenant globex's limits.minute.burst (3)"},
 	}
 	for _, tt := range tests {

@@ -25,6 +25,12 @@ import (
 // RESOURCE_EXHAUSTED, its retry delay in grpc-retry-pushback-ms and the
 // RateLimit fields; a missing key is UNAUTHENTICATED.
 func TestGRPCEndToEnd(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) { testGRPC(t, engine) })
+	}
+}
+
+func testGRPC(t *testing.T, engine Engine) {
 	hs := health.NewServer()
 	gs := grpc.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -37,7 +43,7 @@ func TestGRPCEndToEnd(t *testing.T) {
 	t.Cleanup(gs.Stop)
 
 	base, _, _ := startGateway(t, func(c *Config) {
-		c.Server.Engine = EngineNetHTTP
+		c.Server.Engine = engine
 		c.Upstream = "http://" + uln.Addr().String()
 		c.UpstreamProtocol = UpstreamH2C
 	}, Options{})

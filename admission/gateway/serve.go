@@ -77,12 +77,12 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 	if err != nil {
 		return err
 	}
-	ln = wrapListener(ln, c, tc, s.trusted)
 	pub.TLSConfig = tc
 	// The public listener's stack: net/http's server, or fasthttp's
-	// (server.engine), closed and shut down the same way.
+	// (server.engine) with HTTP/2 handed to net/http's (handoff), closed
+	// and shut down the same way.
 	closePub, shutdownPub := pub.Close, pub.Shutdown
-	serve := func() error { return pub.Serve(ln) }
+	serve := func() error { return pub.Serve(wrapListener(ln, c, tc, s.trusted)) }
 	if c.Engine == EngineFast {
 		edge, err := newFastEdge(s, *s.cfg.Load())
 		if err != nil {
@@ -90,9 +90,23 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdow
 		}
 		defer edge.close()
 		fs := edge.server()
-		closePub = func() error { return fs.Shutdown() }
-		shutdownPub = fs.ShutdownWithContext
-		serve = func() error { return fs.Serve(edgeListener{ln, edge.watcher}) }
+		ho := newHandoff(wrapListener(ln, c, nil, s.trusted), tc, c.H2C == nil || *c.H2C, c.ReadHeaderTimeout)
+		closePub = func() error {
+			ho.stop()
+			return errors.Join(fs.Shutdown(), pub.Close())
+		}
+		shutdownPub = func(ctx context.Context) error {
+			ho.stop()
+			err := fs.ShutdownWithContext(ctx)
+			if err2 := pub.Shutdown(ctx); !errors.Is(err2, http.ErrServerClosed) {
+				err = errors.Join(err, err2)
+			}
+			return err
+		}
+		serve = func() error {
+			go pub.Serve(ho.http2) // ends with the handoff; its shutdown is shutdownPub's
+			return fs.Serve(edgeListener{ho.http1, edge.watcher})
+		}
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- serve() }()

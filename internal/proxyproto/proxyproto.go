@@ -98,6 +98,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
+// NetConn is the connection under c.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // RemoteAddr is the client's address from the header; the peer's for a
 // LOCAL (health check) or UNKNOWN header, and for a connection whose
 // header is bad (whose Read fails).
