@@ -59,6 +59,7 @@ func readBody(ctx context.Context, req Request, d *Decision) error {
 		err = bufferBody(req.bodyOf)
 	}
 	if err == nil {
+		d.bodyRead = true
 		return nil
 	}
 	var mbe *http.MaxBytesError

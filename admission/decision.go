@@ -79,6 +79,9 @@ type Decision struct {
 	// detail completes the message of a rejection that takes one (what
 	// was wrong with a malformed body).
 	detail string
+	// bodyRead: the pipeline read the request's body (Request.ReadBody,
+	// bufferBody), so a rejection after it need not close the connection.
+	bodyRead bool
 	// credential is where the request presented the key that identified
 	// it, for Config.HideCredentials.
 	credential tenant.KeySource

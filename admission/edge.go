@@ -12,10 +12,10 @@ import (
 // answer's fields with set (buf lends the rendering its buffers). A
 // rejection's status and JSON body are returned for the caller to write
 // (valid until buf goes back to the pool); when the request announced a
-// body that was not read (bodyUnread), its connection closes after the
-// answer, which then goes at once rather than after the body, or instead
-// of reading one nobody will use. An admitted request gets its RateLimit
-// fields, and status 0.
+// body (bodyUnread) that the pipeline did not read, its connection closes
+// after the answer, which then goes at once rather than after the body,
+// or instead of reading one nobody will use. An admitted request gets its
+// RateLimit fields, and status 0.
 func (g *Gate) decided(ctx context.Context, d *Decision, reqID string, bodyUnread bool, buf *rejectBuffer, set func(key string, v []byte)) (status int, body []byte) {
 	g.record(ctx, d, reqID)
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
@@ -26,7 +26,7 @@ func (g *Gate) decided(ctx context.Context, d *Decision, reqID string, bodyUnrea
 	}
 	if !d.Allowed {
 		status, body = buf.reject(d, reqID, set)
-		if bodyUnread {
+		if bodyUnread && !d.bodyRead {
 			set("Connection", connClose)
 		}
 		return status, body

@@ -156,6 +156,9 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		}
 	}
 	servers := map[string]*child{"direct": up}
+	if h2 != nil {
+		delete(servers, "direct") // the upstream speaks HTTP/1.1 only
+	}
 	modes, floods := splitFloodModes(o.Modes)
 	if len(floods) > 0 {
 		stop, err := startFloodServers(ctx, o.Binary, floods, servers)

@@ -109,3 +109,25 @@ Requests/sec: 119256.94
 		t.Fatalf("script:\n%s", wrkScript([]string{"k1", "k2"}))
 	}
 }
+
+// TestParseH2load reads a report of h2load (nghttp2 1.52): 4xx answers
+// are "failed" to it but not errors here; a report without a result is
+// refused.
+func TestParseH2load(t *testing.T) {
+	out := `starting benchmark...
+finished in 5.00s, 21195.40 req/s, 5.13MB/s
+requests: 105977 total, 105977 started, 105977 done, 0 succeeded, 105977 failed, 3 errored, 0 timeout
+status codes: 0 2xx, 0 3xx, 105974 4xx, 0 5xx
+traffic: 25.65MB (26895113) total, 2.21MB (2319183) headers (space savings 85.81%), 22.08MB (23151920) data
+`
+	r, err := parseH2load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.wall != 5*time.Second || r.status4xx != 105974 || r.status2xx != 0 || r.failed != 3 {
+		t.Fatalf("parsed %+v", r)
+	}
+	if _, err := parseH2load("connect: Connection refused\n"); err == nil {
+		t.Fatal("a report without a result parsed")
+	}
+}

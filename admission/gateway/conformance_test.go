@@ -106,6 +106,52 @@ var conformanceChecks = []conformanceCheck{
 	{name: "a client that leaves is not sent again", upstream: untilGone, check: checkGoneNotResent},
 	{name: "a client's forwarding fields never reach the upstream", check: checkClientForwarding},
 	{name: "Connection cannot take the tenant's fields off", check: checkConnectionDefence},
+	{name: "a request's trailers never reach the upstream", check: checkRequestTrailers},
+	{name: "an announced body over max_body_bytes is refused before it is read", check: checkBodyOverLimit},
+}
+
+func checkRequestTrailers(base string, up *recorder) error {
+	for _, announce := range []string{"Trailer: X-Tenant-Id, X-Custom\r\n", ""} {
+		resp, err := rawTo(base, "POST /api/v1/users/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-starter-key\r\n"+
+			announce+"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Tenant-Id: acme\r\nX-Custom: 1\r\n\r\n")
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		r := up.last()
+		if r.ContentLength != 5 || len(r.TransferEncoding) > 0 || len(r.Trailer) > 0 {
+			return fmt.Errorf("trailers %q: upstream got length %d, coding %q, trailer %v; want 5, none, none",
+				announce, r.ContentLength, r.TransferEncoding, r.Trailer)
+		}
+		if got := r.Header.Get("X-Tenant-Id"); got != "initech" || r.Header.Get("X-Custom") != "" {
+			return fmt.Errorf("trailers %q: upstream saw X-Tenant-Id %q, X-Custom %q", announce, got, r.Header.Get("X-Custom"))
+		}
+	}
+	return nil
+}
+
+// checkBodyOverLimit: a head announcing more than max_body_bytes (the
+// demo's 1 MiB), multipart or not, is answered 413 with one byte of its
+// body sent.
+func checkBodyOverLimit(base string, _ *recorder) error {
+	for _, ct := range []string{"application/octet-stream", "multipart/form-data; boundary=XX"} {
+		c, br, err := rawRequest(base, "POST /api/v1/users/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer demo-pro-key\r\n"+
+			"Content-Type: "+ct+"\r\nContent-Length: 4194304\r\n\r\n-")
+		if err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(br, nil)
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("%s, 4 MiB announced: no answer within 5 s: %w", ct, err)
+		}
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			return fmt.Errorf("%s, 4 MiB announced: %d, want 413", ct, resp.StatusCode)
+		}
+	}
+	return nil
 }
 
 // rawTo sends raw to base and reads one answer.

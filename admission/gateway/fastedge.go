@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -114,7 +115,12 @@ func (e *fastEdge) server() *fasthttp.Server {
 			if h.ContentLength() == 0 {
 				return fasthttp.RequestConfig{} // no body to read: no deadline to move
 			}
-			return fasthttp.RequestConfig{ReadTimeout: max(c.ReadTimeout-c.ReadHeaderTimeout, time.Millisecond)}
+			// A limit of one byte: with StreamRequestBody, fasthttp calls
+			// the handler as soon as it has read that much of a body over
+			// its limit (its doc says so), where it would read up to 8 KiB
+			// first; readBody applies max_body_bytes.
+			return fasthttp.RequestConfig{ReadTimeout: max(c.ReadTimeout-c.ReadHeaderTimeout, time.Millisecond),
+				MaxRequestBodySize: 1}
 		},
 		IdleTimeout:        c.IdleTimeout,
 		WriteTimeout:       c.WriteIdleTimeout,
@@ -123,8 +129,10 @@ func (e *fastEdge) server() *fasthttp.Server {
 		// The body is read by an admitted request only (readBody), not
 		// before the handler: fasthttp then holds at most 8 KiB of an
 		// announced body before the pipeline runs, not all of it.
-		StreamRequestBody:     true,
-		NoDefaultServerHeader: true,
+		StreamRequestBody: true,
+		// Nor is a multipart body parsed (read whole) before the handler.
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
 		// Errors are sentinels (malformed matches them), and carry no
 		// part of the request.
 		SecureErrorLogMessage: true,
@@ -190,13 +198,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	x.SetAnswerHeader(admission.HeaderRequestID, id)
 	reqID := string(id)
 	x.reqID = reqID
-	x.maxBody = e.s.cfg.Load().Server.MaxBodyBytes
-	if int64(rc.Request.Header.ContentLength()) > x.maxBody {
-		// As the net/http edge: 413 before the pipeline runs when the
-		// announced length already says too much.
-		admission.WriteReason(&fastAnswer{rc: rc}, admission.ReasonBodyTooLarge, 0, reqID, "")
-		return false
-	}
+	x.maxBody = min(e.s.cfg.Load().Server.MaxBodyBytes, math.MaxInt64-1)
 	method := methodOf(rc.Method())
 	h := &rc.Request.Header
 	// No protocol upgrades (WebSocket, h2c), as on the net/http edge,
@@ -229,6 +231,12 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 				e.s.logRequest(ctx, method, remote, rc.Response.StatusCode(), reqID, start)
 			}
 		}()
+	}
+	if int64(rc.Request.Header.ContentLength()) > x.maxBody {
+		// As the net/http edge: 413 before the pipeline runs when the
+		// announced length already says too much.
+		admission.WriteReason(&fastAnswer{rc: rc}, admission.ReasonBodyTooLarge, 0, reqID, "")
+		return false
 	}
 	// The path and the credentials are views of the request's buffers:
 	// Admit keeps none of a request's strings, and nothing changes the

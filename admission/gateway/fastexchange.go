@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
@@ -56,6 +57,9 @@ type fastExchange struct {
 	// buffer the request body is read into (kept across requests).
 	maxBody int64
 	body0   []byte
+	// bodyRead: readBody read the request's body (a rejection after it
+	// need not close the connection).
+	bodyRead bool
 	// readBody and clientGone as func values, made once
 	readBodyFn func() error
 	goneFn     func()
@@ -73,6 +77,7 @@ func (x *fastExchange) reset(rc *fasthttp.RequestCtx) {
 	x.n = 0
 	x.watching = nil
 	x.calling.Store(false)
+	x.bodyRead = false
 }
 
 // setCredentials puts h's credential fields in x.creds, for the pipeline.
@@ -153,19 +158,27 @@ func (x *fastExchange) replay(resp *fasthttp.Response) {
 // made once per pooled exchange.
 func (x *fastExchange) readBody() error {
 	if stream := x.rc.RequestBodyStream(); stream != nil {
-		buf := bytes.NewBuffer(x.body0[:0])
-		n, err := buf.ReadFrom(io.LimitReader(stream, x.maxBody+1))
+		// Sized for the announced length, so the read does not grow it
+		// twice over; a pooled exchange keeps a small buffer only.
+		buf := x.body0[:0]
+		if cl := x.rc.Request.Header.ContentLength(); cl > 0 && int64(cl) <= x.maxBody && cl > cap(buf) {
+			buf = make([]byte, 0, cl+1)
+		}
+		b := bytes.NewBuffer(buf)
+		n, err := b.ReadFrom(io.LimitReader(stream, x.maxBody+1))
 		if err != nil {
 			return err
 		}
 		if n > x.maxBody {
 			return &http.MaxBytesError{Limit: x.maxBody}
 		}
-		x.rc.Request.SetBody(buf.Bytes())       // a copy: the buffer is the exchange's
-		if b := buf.Bytes(); cap(b) <= 64<<10 { // a pooled exchange keeps no large body
-			x.body0 = b[:0]
+		dropTrailers(&x.rc.Request.Header)
+		x.rc.Request.SetBody(b.Bytes()) // a copy: the buffer is the exchange's
+		x.rc.Request.Header.SetContentLength(b.Len())
+		if cap(b.Bytes()) <= 64<<10 {
+			x.body0 = b.Bytes()[:0]
 		}
-		x.rc.Request.Header.SetContentLength(buf.Len())
+		x.bodyRead = true
 	}
 	if c, ok := x.rc.Conn().(*edgeConn); ok && x.watcher.watch(c, x.goneFn) {
 		x.watching = c
@@ -234,11 +247,43 @@ func (x *fastExchange) untilClose(rc *fasthttp.RequestCtx) {
 	h.Del("Transfer-Encoding")
 	h.SetConnectionClose()
 	head := append([]byte(nil), h.Header()...)
+	idle := x.body.idle
+	// fasthttp starts the hijack after the handler, unless the connection
+	// fails before: then nothing would release the request. So the
+	// handler must have started within write_idle_timeout, or the request
+	// is released without it; whichever comes first does, and the other
+	// does nothing (state: 0 waiting, 1 copying, 2 released).
+	var state atomic.Int32
+	t := time.AfterFunc(idle, func() {
+		if state.CompareAndSwap(0, 2) {
+			x.body.Close()
+		}
+	})
 	rc.HijackSetNoResponse(true)
 	rc.Hijack(func(c net.Conn) {
+		if !state.CompareAndSwap(0, 1) {
+			return
+		}
+		t.Stop()
+		c.SetWriteDeadline(time.Now().Add(idle))
 		if _, err := c.Write(head); err == nil {
 			io.Copy(c, &x.body)
 		}
 		x.body.Close()
 	})
+}
+
+// dropTrailers removes the trailer fields a chunked request body ended
+// with (read with it): the upstream gets the body with a Content-Length
+// and no trailers, as from the net/http edge, and no field of them
+// reaches it past the pipeline's stripping.
+func dropTrailers(h *fasthttp.RequestHeader) {
+	var names []string
+	for _, k := range h.PeekTrailerKeys() {
+		names = append(names, string(k))
+	}
+	h.SetTrailer("") // unannounced: the fields join the header, to be deleted
+	for _, k := range names {
+		h.Del(k)
+	}
 }
