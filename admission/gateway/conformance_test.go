@@ -30,10 +30,10 @@ var engines = []Engine{EngineNetHTTP, EngineFast}
 // why. The reference engine has none.
 var knownGaps = map[Engine]map[string]string{
 	EngineFast: {
-		// fasthttp's server reads the first bytes of a request's body,
-		// and answers Expect: 100-continue, before it calls any handler;
-		// its API does not let a handler change either.
-		"a refused request with an unsent body is answered at once": "fasthttp reads min(announced, 8 KiB) of a body before it calls the handler",
+		// fasthttp's server waits for the first byte of a request's
+		// body, and answers Expect: 100-continue, before it calls any
+		// handler; its API does not let a handler change either.
+		"a refused request with an unsent body is answered at once": "fasthttp waits for a body's first byte before it calls the handler",
 		"no 100 Continue before admission":                          "fasthttp sends 100 Continue before it calls the handler",
 	},
 }
