@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -214,24 +212,13 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	removeHopByHop(h)
 	x.setCredentials(h)
 	var ctx context.Context = &x.ctx
-	// The root span and the access log, as the net/http edge's hygiene.
-	var sp trace.Span
+	// The root span and the access log, as on the net/http edge.
+	ctx, rec := e.s.beginRequest(ctx, method, remote, reqID, fastCarrier{h},
+		func(tid []byte) { x.SetAnswerHeader(HeaderTraceID, tid) })
+	if rec.active() {
+		defer func() { rec.end(rc.Response.StatusCode()) }()
+	}
 	tel := e.s.tel
-	if tel.tracer != nil {
-		ctx, sp = tel.startRequestSpan(ctx, method, remote, fastCarrier{h})
-		var tid [32]byte
-		tr := sp.SpanContext().TraceID()
-		x.SetAnswerHeader(HeaderTraceID, hex.AppendEncode(tid[:0], tr[:]))
-	}
-	if logged := e.s.log.Enabled(ctx, slog.LevelDebug); sp != nil || logged {
-		start := time.Now()
-		defer func() {
-			endRequest(sp, rc.Response.StatusCode(), reqID)
-			if logged {
-				e.s.logRequest(ctx, method, remote, rc.Response.StatusCode(), reqID, start)
-			}
-		}()
-	}
 	if int64(rc.Request.Header.ContentLength()) > x.maxBody {
 		// As the net/http edge: 413 before the pipeline runs when the
 		// announced length already says too much.

@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -43,18 +44,50 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush and deadlines.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// startRequest starts the root span, fairgate.request, and puts the trace
-// ID in the response. A traceparent sent by the client is not trusted as
-// parent (a client could merge its requests into one trace or pick our
-// sampling); it becomes a link. Without tracing it returns r and a nil
-// span.
-func (t *telemetry) startRequest(w http.ResponseWriter, r *http.Request) (*http.Request, trace.Span) {
-	if t.tracer == nil {
-		return r, nil
+// requestRecord is one request's root span, fairgate.request, and its
+// access-log line (debug level): what both engines keep of a request, in
+// one place. The zero value records nothing (tracing off, debug off).
+type requestRecord struct {
+	s              *Server
+	sp             trace.Span // nil: tracing off
+	logged         bool
+	start          time.Time
+	method, client string
+	reqID          string
+	ctx            context.Context
+}
+
+// beginRequest starts the record of the request reqID (method, from
+// client "ip:port", its header fields in h): the root span when tracing
+// is on, whose trace ID setTraceID gets for the answer (32 hex digits),
+// and the clock for the access log when debug logging is on. A client's
+// traceparent is not trusted as parent (a client could merge its requests
+// into one trace or pick our sampling); it becomes a link. It returns the
+// request's context, which carries the span.
+func (s *Server) beginRequest(ctx context.Context, method, client, reqID string, h propagation.TextMapCarrier, setTraceID func([]byte)) (context.Context, requestRecord) {
+	rec := requestRecord{s: s, method: method, client: client, reqID: reqID}
+	if s.tel.tracer != nil {
+		ctx, rec.sp = s.tel.startRequestSpan(ctx, method, client, h)
+		var tid [32]byte
+		tr := rec.sp.SpanContext().TraceID()
+		setTraceID(hex.AppendEncode(tid[:0], tr[:]))
 	}
-	ctx, sp := t.startRequestSpan(r.Context(), r.Method, r.RemoteAddr, propagation.HeaderCarrier(r.Header))
-	w.Header().Set(HeaderTraceID, sp.SpanContext().TraceID().String())
-	return r.WithContext(ctx), sp
+	if rec.logged = s.log.Enabled(ctx, slog.LevelDebug); rec.sp != nil || rec.logged {
+		rec.start = time.Now()
+	}
+	rec.ctx = ctx
+	return ctx, rec
+}
+
+// active reports whether r records anything (else end need not run).
+func (r *requestRecord) active() bool { return r.sp != nil || r.logged }
+
+// end ends the record with the answer's status.
+func (r *requestRecord) end(status int) {
+	endRequest(r.sp, status, r.reqID)
+	if r.logged {
+		r.s.logRequest(r.ctx, r.method, r.client, status, r.reqID, r.start)
+	}
 }
 
 // startRequestSpan starts the root span of a request whose method is

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fairgate/fairgate/admission"
@@ -318,32 +319,29 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 func (s *Server) hygiene(next http.Handler) http.Handler {
 	inner := s.hygieneInner(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// One backing array for both headers' values (Header.Set would
-		// allocate one each).
 		r = s.trusted.fromTrustedProxy(r)
 		w, r, endGRPC := withGRPCAnswer(w, r)
 		defer endGRPC()
+		// One backing array for both headers' values (Header.Set would
+		// allocate one each).
 		ids := [2]string{admission.NewRequestID()}
 		ids[1] = ids[0]
 		id := ids[0]
 		w.Header()[admission.HeaderRequestID] = ids[0:1:1]
 		r.Header[admission.HeaderRequestID] = ids[1:2:2]
-		r, sp := s.tel.startRequest(w, r)
-		logged := s.log.Enabled(r.Context(), slog.LevelDebug)
-		if sp == nil && !logged {
+		ctx, rec := s.beginRequest(r.Context(), r.Method, r.RemoteAddr, id, propagation.HeaderCarrier(r.Header),
+			func(tid []byte) { w.Header()[HeaderTraceID] = []string{string(tid)} })
+		if !rec.active() {
 			inner.ServeHTTP(w, r)
 			return
 		}
-		start := time.Now()
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
 		sw := &statusWriter{ResponseWriter: w}
 		// Deferred: ReverseProxy panics with http.ErrAbortHandler when the
 		// client goes away mid-response, and that trace must end too.
-		defer func() {
-			endRequest(sp, sw.status, id)
-			if logged {
-				s.logRequest(r.Context(), r.Method, r.RemoteAddr, sw.status, id, start)
-			}
-		}()
+		defer func() { rec.end(sw.status) }()
 		inner.ServeHTTP(sw, r)
 	})
 }
