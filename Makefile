@@ -20,11 +20,13 @@ vet:
 # (server.engine: fasthttp; net/http is the default): every hostile-input,
 # contract and hygiene test must pass on whichever stack serves. The
 # conformance suite (admission/gateway/conformance_test.go) runs every
-# engine itself.
+# engine itself. The allocation tests (allocs_test.go) run apart, without
+# the race detector, whose sync.Pool drops items at random.
 unit:
 	@jaeger=$$(.ci/deps.sh) && \
 	FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 15m ./... && \
-	FAIRGATE_TEST_ENGINE=fasthttp FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 5m ./admission/gateway/
+	FAIRGATE_TEST_ENGINE=fasthttp FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 5m ./admission/gateway/ && \
+	$(GO) test -count=1 -run 'Allocs' ./admission/ ./admission/gateway/
 
 # Each fuzz target briefly: a count of inputs, about 3 s each on the 2-vCPU VM.
 # A count, not a duration: with a duration, go1.26's fuzz coordinator can

@@ -340,7 +340,7 @@ func TestMiddlewareContract(t *testing.T) {
 
 // benchRegistry has quotas high enough that every benchmarked check is
 // admitted: the full path.
-func benchRegistry(b *testing.B) *tenant.Registry {
+func benchRegistry(b testing.TB) *tenant.Registry {
 	reg, err := tenant.NewRegistry(tenant.Config{
 		Tiers:   map[string]tenant.TierConfig{"enterprise": {Rate: 1e9, Burst: 1e12, Groups: map[string]tenant.Quota{"exports": {Rate: 1e9, Burst: 1e12}}}},
 		Tenants: []tenant.TenantConfig{{ID: "acme", Tier: "enterprise", APIKeysSHA256: []string{tenant.HashKey("ent-key")}}},

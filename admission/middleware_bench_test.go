@@ -68,7 +68,7 @@ func BenchmarkMiddlewareReject(b *testing.B) {
 // floodGate is a gate whose tenant "noisy" (key flood-key) has a burst of
 // one token and a token every 1000 s: every request after its first is
 // rejected by the rate layer.
-func floodGate(b *testing.B) *Gate {
+func floodGate(b testing.TB) *Gate {
 	reg, err := tenant.NewRegistry(tenant.Config{
 		Tiers:   map[string]tenant.TierConfig{"free": {Rate: 1e-3, Burst: 1}},
 		Tenants: []tenant.TenantConfig{{ID: "noisy", Tier: "free", APIKeysSHA256: []string{tenant.HashKey("flood-key")}}},
@@ -83,7 +83,7 @@ func floodGate(b *testing.B) *Gate {
 	return g
 }
 
-func flood(b *testing.B) *http.Request {
+func flood(b testing.TB) *http.Request {
 	r := httptest.NewRequest("GET", "/api/v1/users/me", nil)
 	r.Header.Set("Authorization", "Bearer flood-key")
 	return r

@@ -28,7 +28,7 @@ func (cannedUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 // benchConfig is the demo config with the tiers' quotas far from binding
 // except the starter tier's, which a single request spends, and no global
 // backstop.
-func benchConfig(b *testing.B) Config {
+func benchConfig(b testing.TB) Config {
 	cfg, err := Parse(examples.Demo)
 	if err != nil {
 		b.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // upstream a fasthttp server on an in-memory listener that answers at once
 // with a small 200: what the edge's handler costs, apart from the
 // connections' reads and writes.
-func benchFastEdge(b *testing.B) *fastEdge {
+func benchFastEdge(b testing.TB) *fastEdge {
 	cfg := benchConfig(b)
 	cfg.Server.Engine = EngineFast
 	srv, err := New(cfg, Options{})
