@@ -8,7 +8,8 @@ import (
 // of its rejections is the same answer but for its request ID: the same
 // RateLimit fields, Retry-After and message until a second passes or a
 // token comes back. Rendering it (the fields' numbers, the message, the
-// JSON body) was a third of the pipeline's work on a 429, so a
+// JSON body) was the largest part of the pipeline's work on a 429
+// (bench/PERF.md §12), so a
 // rejectBuffer keeps the last rejection it rendered, keyed by everything
 // the rendering reads, and replays it when the next one is the same.
 // Buffers are pooled per P, so a flood on one core meets its own last

@@ -10,8 +10,8 @@ import (
 // fasthttp moves a connection's deadlines three times a request: the idle
 // timeout while it waits for the next request, the read timeout once that
 // request's first byte arrives, the write timeout before it answers. Each
-// move is a runtime timer update under the poller's lock; on a flood of
-// 429s that was ~5% of the CPU per answer. A deadline of seconds need not
+// move is a runtime timer update under the poller's lock, a visible share
+// of a 429's CPU (bench/PERF.md §12). A deadline of seconds need not
 // be exact to the microsecond, so an edgeConn keeps its read and write
 // deadlines as numbers (a mutex and two stores), and the watcher's
 // goroutine, which already wakes for every connection, sweeps them every

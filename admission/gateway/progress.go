@@ -17,7 +17,7 @@ import (
 // allow.
 //
 // Moving a deadline is a runtime timer update (a lock and a heap
-// operation, ~3% of a 429's CPU for the three a small response made), so a
+// operation, a visible share of a 429's CPU: bench/PERF.md), so a
 // write moves it only when less than 15/16 of idle is left of it: each
 // write still has at least that long. The deadline is the connection's,
 // and on an HTTP/1 connection served by HTTPServers (ConnContext) it is
