@@ -1,23 +1,18 @@
 package admission
 
 import (
-	"math"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 // ceilSeconds returns d in whole seconds, rounded up, at least min.
-func ceilSeconds(d time.Duration, min int64) int64 {
-	s := int64(math.Ceil(d.Seconds()))
-	if s < min {
-		return min
-	}
-	return s
-}
+func ceilSeconds(d time.Duration, min int64) int64 { return ratelimit.CeilSeconds(d, min) }
 
 // StatusClientClosedRequest is nginx's 499: the client closed the connection
 // before the response. It is logged, never seen by the client.

@@ -99,27 +99,9 @@ type Decision struct {
 // tenant's own, its route group's and its limits.
 const MaxQuotas = 2 + tenant.MaxLimits
 
-// QuotaState is what a client is told about one token bucket.
-type QuotaState struct {
-	// Name is the policy name in the RateLimit headers: "tenant" or the
-	// route group's name.
-	Name string
-	// Limit is the bucket's burst in tokens; Window is the time it takes
-	// to refill from empty (Burst/Rate).
-	Limit  float64
-	Window time.Duration
-	// Remaining tokens and the time until the bucket is full.
-	Remaining float64
-	Reset     time.Duration
-	// StateUnknown is true when the store answered without reading the
-	// bucket (a failure policy, a cached denial) or from one instance's
-	// share of it (ratelimit.Result.StateUnknown): Remaining and Reset are
-	// not known, and the RateLimit headers leave them out.
-	StateUnknown bool
-	// Wait is, when the bucket refused the request, the time until it
-	// holds the request's cost; zero when it had room.
-	Wait time.Duration
-}
+// QuotaState is what a client is told about one token bucket
+// (ratelimit.QuotaState, which the rate limit service shares).
+type QuotaState = ratelimit.QuotaState
 
 // Errors of the admission package.
 var (

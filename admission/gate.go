@@ -51,7 +51,7 @@ type Options struct {
 // DefaultShadowLogEvery is the least time between two log lines about one
 // tenant's (or, in the rate limit service, one descriptor's) shadow
 // rejections when the options set none.
-const DefaultShadowLogEvery = 10 * time.Second
+const DefaultShadowLogEvery = ratelimit.DefaultShadowLogEvery
 
 // Gate is the admission pipeline. It is safe for concurrent use, and its
 // configuration can be replaced at run time with Reload while requests are

@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"github.com/fairgate/fairgate/admission/ratelimit"
+
 	"errors"
 	"math"
 	"net/http"
@@ -237,8 +239,8 @@ func FuzzRateLimitHeaders(f *testing.F) {
 		checkRateLimitFields(t, h, &d)
 		// The item formatters on their own, as the draft's examples.
 		q := &d.Quotas[0]
-		pol := string(AppendPolicy(nil, q))
-		st := string(AppendState(nil, q))
+		pol := string(ratelimit.AppendPolicy(nil, q))
+		st := string(ratelimit.AppendState(nil, q))
 		if items, err := parseSFList(pol); err != nil || len(items) != 1 || items[0].params["q"] != int64(q.Limit) {
 			t.Fatalf("AppendPolicy = %q: %v %v", pol, items, err)
 		}

@@ -2,6 +2,8 @@ package admission
 
 import (
 	"strconv"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 // setRateLimitHeaders sets the IETF draft's RateLimit-Policy field (every
@@ -25,7 +27,7 @@ func setRateLimitHeaders(d *Decision, b []byte, set func(key string, v []byte)) 
 		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
-		b = AppendPolicy(b, q)
+		b = ratelimit.AppendPolicy(b, q)
 	}
 	if len(b) == 0 {
 		return b
@@ -36,51 +38,10 @@ func setRateLimitHeaders(d *Decision, b []byte, set func(key string, v []byte)) 
 		return b
 	}
 	q := &d.Quotas[low]
-	set("Ratelimit", AppendState(b[:0], q))
+	set("Ratelimit", ratelimit.AppendState(b[:0], q))
 	set("Ratelimit-Limit", strconv.AppendInt(b[:0], int64(q.Limit), 10))
 	set("Ratelimit-Remaining", strconv.AppendInt(b[:0], int64(q.Remaining), 10))
 	b = strconv.AppendInt(b[:0], ceilSeconds(q.Reset, 0), 10)
 	set("Ratelimit-Reset", b)
 	return b
-}
-
-// AppendPolicy appends q as an item of the RateLimit-Policy field:
-// "name";q=LIMIT;w=WINDOW, the window in whole seconds (at least 1).
-func AppendPolicy(b []byte, q *QuotaState) []byte {
-	b = appendSFString(b, q.Name)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, int64(q.Limit), 10)
-	b = append(b, ";w="...)
-	return strconv.AppendInt(b, ceilSeconds(q.Window, 1), 10)
-}
-
-// AppendState appends q as an item of the RateLimit field:
-// "name";r=REMAINING;t=RESET, remaining rounded down, reset in whole seconds
-// rounded up.
-func AppendState(b []byte, q *QuotaState) []byte {
-	b = appendSFString(b, q.Name)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, int64(q.Remaining), 10)
-	b = append(b, ";t="...)
-	return strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
-}
-
-// appendSFString appends s as an RFC 8941 sf-string: in double quotes, with
-// '"' and '\\' escaped by a backslash and any byte outside printable ASCII
-// replaced by '?' (the syntax allows nothing else, and a header must never
-// carry CR, LF or NUL).
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }

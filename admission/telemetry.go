@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
 // Span names and attribute keys of the observability contract (DESIGN.md).
@@ -29,7 +31,7 @@ const (
 	AttrTenantID   = attribute.Key("tenant.id")
 	AttrTenantTier = attribute.Key("tenant.tier")
 	AttrRoute      = attribute.Key("route")
-	AttrDecision   = attribute.Key("admission.decision")    // "admit" or "reject"
+	AttrDecision   = attribute.Key(ratelimit.DecisionAttr)  // "admit" or "reject"
 	AttrRejectedBy = attribute.Key("admission.rejected_by") // the layer
 	AttrReason     = attribute.Key("admission.reason")      // the layer's word
 	AttrRetryAfter = attribute.Key("admission.retry_after_s")
@@ -76,8 +78,8 @@ const (
 // Decision words of the admission.decision attribute and the outcome
 // label.
 const (
-	OutcomeAdmit  = "admit"
-	OutcomeReject = "reject"
+	OutcomeAdmit  = ratelimit.OutcomeAdmit
+	OutcomeReject = ratelimit.OutcomeReject
 	// OutcomeShadowReject (the outcome label only) is a request the rate
 	// layer would have refused and admitted because shadow mode covers
 	// it; its layer label is "rate".

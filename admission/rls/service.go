@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
@@ -357,12 +356,12 @@ func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*
 			b = append(b, ", "...)
 		}
 		q := quota(v)
-		b = admission.AppendPolicy(b, &q)
+		b = ratelimit.AppendPolicy(b, &q)
 	}
 	mark(headerKeys[0])
 	if !decider.res.StateUnknown {
 		q := quota(decider)
-		b = admission.AppendState(b, &q)
+		b = ratelimit.AppendState(b, &q)
 		mark(headerKeys[1])
 		b = strconv.AppendUint(b, uint64(decider.rule.requestsPerUnit), 10)
 		mark(headerKeys[2])
@@ -391,8 +390,8 @@ func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*
 // Retry-After, last, only when over the limit.
 var headerKeys = [...]string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After"}
 
-func quota(v *verdict) admission.QuotaState {
-	return admission.QuotaState{Name: v.rule.name, Limit: float64(v.rule.requestsPerUnit), Window: v.rule.window,
+func quota(v *verdict) ratelimit.QuotaState {
+	return ratelimit.QuotaState{Name: v.rule.name, Limit: float64(v.rule.requestsPerUnit), Window: v.rule.window,
 		Remaining: math.Floor(v.res.Remaining), Reset: untilReset(v)}
 }
 

@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"github.com/fairgate/fairgate/admission/ratelimit"
+
 	"context"
 	"log/slog"
 	"sync"
@@ -14,13 +16,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/fairgate/fairgate/admission"
 )
 
 // SpanRLS is the span of one ShouldRateLimit call. It is the local root
 // (a child of Envoy's span when Envoy propagates W3C trace context).
 const SpanRLS = "admission.rls"
+
+// attrDecision is the span attribute of the outcome, the pipeline's own
+// (admission.AttrDecision), so one query finds both.
+const attrDecision = attribute.Key(ratelimit.DecisionAttr)
 
 // Span attributes of SpanRLS, beside admission.decision.
 const (
@@ -35,7 +39,7 @@ const (
 
 // DefaultShadowLogEvery is the least time between two log lines about one
 // descriptor's shadow rejections.
-const DefaultShadowLogEvery = admission.DefaultShadowLogEvery
+const DefaultShadowLogEvery = ratelimit.DefaultShadowLogEvery
 
 // Telemetry records the service's spans and metrics. Build it with
 // NewTelemetry; a nil *Telemetry records nothing. Safe for concurrent use.
@@ -210,10 +214,10 @@ func (c *call) end(resp *rlsv3.RateLimitResponse, decider *verdict, vs []verdict
 		sp.SetAttributes(attrs...)
 		sp.SetStatus(otelcodes.Error, err.Error())
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		sp.SetAttributes(append(attrs, admission.AttrDecision.String(admission.OutcomeReject))...)
+		sp.SetAttributes(append(attrs, attrDecision.String(ratelimit.OutcomeReject))...)
 		sp.SetStatus(otelcodes.Error, "over limit: "+decider.rule.name)
 	default:
-		sp.SetAttributes(append(attrs, admission.AttrDecision.String(admission.OutcomeAdmit))...)
+		sp.SetAttributes(append(attrs, attrDecision.String(ratelimit.OutcomeAdmit))...)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/internal/fakeclock"
 )
 
@@ -45,9 +44,9 @@ func TestOneSpanPerCall(t *testing.T) {
 		return m
 	}
 	for i, want := range []map[attribute.Key]string{
-		{AttrDomain: "edge", AttrDescriptor: "path=/login", AttrOutcome: "admit", admission.AttrDecision: "admit"},
-		{AttrDomain: "edge", AttrDescriptor: "path=/login", AttrOutcome: "reject", admission.AttrDecision: "reject"},
-		{AttrDomain: "unknown", admission.AttrDecision: "admit"},
+		{AttrDomain: "edge", AttrDescriptor: "path=/login", AttrOutcome: "admit", attrDecision: "admit"},
+		{AttrDomain: "edge", AttrDescriptor: "path=/login", AttrOutcome: "reject", attrDecision: "reject"},
+		{AttrDomain: "unknown", attrDecision: "admit"},
 	} {
 		idx := []int{0, 3, 4}[i]
 		if spans[idx].Name() != SpanRLS {
