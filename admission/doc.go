@@ -37,11 +37,14 @@
 //
 // Gate.Middleware (middleware.go) is the pipeline as net/http middleware
 // for a handler that is the upstream, Gate.ProxyMiddleware for a reverse
-// proxy, and Gate.Echo the first for Echo. hygiene.go strips the headers a
+// proxy (admission/echoadapter serves the first on Echo), and Gate.Admit
+// the same pipeline for an HTTP stack other than net/http, all ending in
+// one step (edge.go's decided). hygiene.go strips the headers a
 // client must not set; reasons.go is the client contract, one typed row per
 // reason (layer, status, error word, message), and contract.go renders
-// every answer fairgate gives from it; ratelimitheaders.go encodes the
-// RateLimit header fields. Reload (reload.go) swaps the configuration while
+// every answer fairgate gives from it; ratelimitheaders.go sets the
+// RateLimit header fields (their encoding is admission/ratelimit's, which
+// the rate limit service shares). Reload (reload.go) swaps the configuration while
 // requests are decided; TenantState (admin.go) is the admin view of one
 // tenant.
 //

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
-
-	"github.com/labstack/echo/v4"
 )
 
 // Middleware returns the gate as net/http middleware, for a service that
@@ -192,9 +190,6 @@ func (g *Gate) logDecision(ctx context.Context, d *Decision, reqID string) {
 	}
 	g.log.LogAttrs(ctx, slog.LevelDebug, "admission decision", attrs...)
 }
-
-// Echo returns the gate as Echo middleware.
-func (g *Gate) Echo() echo.MiddlewareFunc { return echo.WrapMiddleware(g.Middleware) }
 
 type decisionKey struct{}
 

@@ -35,5 +35,5 @@ func Example_embedded() {
 	// only if you apply it.
 	h := http.MaxBytesHandler(gate.Middleware(api), cfg.Server.MaxBodyBytes)
 	log.Fatal(http.ListenAndServe("127.0.0.1:8080", h))
-	// With Echo instead: e.Use(gate.Echo()).
+	// With Echo instead: e.Use(echoadapter.Middleware(gate)).
 }
