@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"errors"
 	"github.com/fairgate/fairgate/admission/ratelimit"
 	"time"
 
@@ -103,9 +102,3 @@ const MaxQuotas = 2 + tenant.MaxLimits
 // (ratelimit.QuotaState, which the rate limit service shares).
 type QuotaState = ratelimit.QuotaState
 
-// Errors of the admission package.
-var (
-	// ErrStoreUnavailable is returned by a Store that cannot decide and
-	// whose failure policy says to fail closed.
-	ErrStoreUnavailable = errors.New("admission: rate store unavailable")
-)

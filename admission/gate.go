@@ -94,7 +94,8 @@ type Gate struct {
 
 	// What the console shows (admin.go): each tenant's rejections by
 	// layer and each pool's waits over the last minute, and the recent
-	// rejections while someone watches (watchedUntil, Unix ns).
+	// rejections while someone watches (watchedUntil, since epoch on the
+	// clock's monotonic reading, in ns).
 	rejections   counterSet
 	waits        counterSet
 	recent       recentRejections

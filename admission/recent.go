@@ -67,7 +67,7 @@ func (r *recentRejections) list(limit int) []RecentRejection {
 
 // Watch tells the gate someone is looking at the console now: it records
 // recent rejections for the next 30 seconds.
-func (g *Gate) Watch() { g.watchedUntil.Store(g.now().Add(watchFor).UnixNano()) }
+func (g *Gate) Watch() { g.watchedUntil.Store(int64(g.now().Add(watchFor).Sub(g.epoch))) }
 
 // RecentRejections returns up to limit of the latest rejections, newest
 // first, recorded while someone watched (see Watch).
@@ -89,7 +89,7 @@ func (g *Gate) record(ctx context.Context, d *Decision, reqID string) {
 		tenantID = d.Tenant.ID
 	}
 	g.rejections.get(tenantID).add(now, int(d.Layer), 1)
-	if now.UnixNano() >= g.watchedUntil.Load() {
+	if int64(now.Sub(g.epoch)) >= g.watchedUntil.Load() {
 		return
 	}
 	e := RecentRejection{Time: now, RequestID: reqID, Tenant: tenantID, Layer: d.Layer.String(), Reason: d.Reason.String(),
