@@ -101,4 +101,3 @@ const MaxQuotas = 2 + tenant.MaxLimits
 // QuotaState is what a client is told about one token bucket
 // (ratelimit.QuotaState, which the rate limit service shares).
 type QuotaState = ratelimit.QuotaState
-
