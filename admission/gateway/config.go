@@ -112,7 +112,8 @@ type ServerConfig struct {
 	MemoryLimit int64 `yaml:"memory_limit"`
 	// Engine is the HTTP stack of the public listener: EngineNetHTTP
 	// (the default: HTTP/1.1, HTTP/2 over TLS and h2c, gRPC) or
-	// EngineFast (HTTP/1.x only, opt-in; README lists where it differs).
+	// EngineFast (HTTP/1.x itself, HTTP/2 handed to net/http; opt-in;
+	// docs/configuration.md lists where it differs).
 	// The admin listener is net/http either way, and so is Handler, for
 	// embedders. Needs a restart.
 	Engine Engine `yaml:"engine"`

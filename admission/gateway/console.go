@@ -13,7 +13,7 @@ import (
 // JSON API once a second. Everything it needs is embedded; it loads nothing
 // from elsewhere.
 //
-// The JSON API (documented in the README's "Console" section):
+// The JSON API (documented in docs/observability.md, "Console"):
 //
 //	GET /admin/tenants        every tenant's state (admission.TenantState), and
 //	                          the rejections of requests without a valid key
