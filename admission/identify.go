@@ -16,7 +16,7 @@ import (
 func (g *Gate) identify(ctx context.Context, c *compiled, req Request, d *Decision) {
 	sp := g.layerSpan(ctx, SpanIdentify)
 	defer sp.end(d, LayerIdentify)
-	key, src, ok := tenant.FindKey(req.Header)
+	key, src, ok := tenant.FindKey(tenant.Credentials{Authorization: req.Header.Get("Authorization"), APIKey: req.Header["X-Api-Key"]})
 	var t *tenant.Tenant
 	if ok {
 		t, ok = c.reg.Lookup(key)

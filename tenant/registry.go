@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"net/http"
 	"strings"
 )
 
@@ -176,13 +175,21 @@ const (
 	HeaderKey
 )
 
+// Credentials are the fields of a request an API key may come in, as its
+// HTTP stack found them: the first Authorization value, and the X-API-Key
+// values (none when it has none). The package reads no HTTP itself.
+type Credentials struct {
+	Authorization string
+	APIKey        []string
+}
+
 // ExtractKey returns the API key a request presents: the token of an
 // "Authorization: Bearer" header, else the X-API-Key header (also when
 // Authorization carries another scheme, such as Basic for the upstream).
 // It returns false when there is none, or when it is longer than MaxKeyLen
 // or holds anything but visible ASCII (such a key cannot be one of ours).
-func ExtractKey(h http.Header) (string, bool) {
-	key, _, ok := FindKey(h)
+func ExtractKey(c Credentials) (string, bool) {
+	key, _, ok := FindKey(c)
 	return key, ok
 }
 
@@ -190,13 +197,13 @@ func ExtractKey(h http.Header) (string, bool) {
 // request that presents a key which cannot be one of ours (ok false) still
 // has a source, so that it is told its key is not valid rather than that
 // it sent none.
-func FindKey(h http.Header) (key string, src KeySource, ok bool) {
+func FindKey(c Credentials) (key string, src KeySource, ok bool) {
 	const prefix = "bearer "
-	if a := h.Get("Authorization"); len(a) >= len(prefix)-1 && strings.EqualFold(a[:len(prefix)-1], prefix[:len(prefix)-1]) &&
+	if a := c.Authorization; len(a) >= len(prefix)-1 && strings.EqualFold(a[:len(prefix)-1], prefix[:len(prefix)-1]) &&
 		(len(a) == len(prefix)-1 || a[len(prefix)-1] == ' ') {
 		key, src = strings.TrimLeft(a[len(prefix)-1:], " "), BearerKey
-	} else if v, present := h["X-Api-Key"]; present && len(v) > 0 {
-		key, src = v[0], HeaderKey
+	} else if len(c.APIKey) > 0 {
+		key, src = c.APIKey[0], HeaderKey
 	} else {
 		return "", NoKey, false
 	}

@@ -155,7 +155,7 @@ func TestExtractKey(t *testing.T) {
 		{http.Header{"Authorization": {"Bearer abc"}, "X-Api-Key": {"xyz"}}, "abc", true},
 	}
 	for _, tt := range tests {
-		got, ok := ExtractKey(tt.h)
+		got, ok := ExtractKey(credsOf(tt.h))
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("ExtractKey(%v) = %q, %v; want %q, %v", tt.h, got, ok, tt.want, tt.ok)
 		}
@@ -178,7 +178,7 @@ func TestFindKeySource(t *testing.T) {
 		{http.Header{"Authorization": {"Bearerx"}}, NoKey},
 		{http.Header{}, NoKey},
 	} {
-		if _, src, ok := FindKey(tt.h); src != tt.src || ok {
+		if _, src, ok := FindKey(credsOf(tt.h)); src != tt.src || ok {
 			t.Errorf("FindKey(%q) = %v, %v; want %v, false", tt.h, src, ok, tt.src)
 		}
 	}
@@ -196,7 +196,7 @@ func FuzzExtractKey(f *testing.F) {
 		if apiKey != "" {
 			h.Set("X-API-Key", apiKey)
 		}
-		key, ok := ExtractKey(h)
+		key, ok := ExtractKey(credsOf(h))
 		if !ok {
 			return
 		}
@@ -254,4 +254,9 @@ func TestWeightAndCriticalReserve(t *testing.T) {
 			t.Errorf("%s.CapFor(critical %v, %d instances) = %d, want %d", tc.t.ID, tc.critical, tc.instances, got, tc.want)
 		}
 	}
+}
+
+// credsOf is what an HTTP stack hands FindKey for a request with header h.
+func credsOf(h http.Header) Credentials {
+	return Credentials{Authorization: h.Get("Authorization"), APIKey: h["X-Api-Key"]}
 }
