@@ -10,25 +10,13 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fairgate/fairgate/internal/errprefix"
 )
 
-// prefixLines puts "path: " before each line of err's message, so every
-// field error names the file too.
-func prefixLines(path string, err error) error {
-	lines := strings.Split(err.Error(), "\n")
-	for i, l := range lines {
-		lines[i] = path + ": " + l
-	}
-	return &fileError{msg: strings.Join(lines, "\n"), err: err}
-}
-
-type fileError struct {
-	msg string
-	err error
-}
-
-func (e *fileError) Error() string { return e.msg }
-func (e *fileError) Unwrap() error { return e.err }
+// prefixLines puts "path: " before each line of err's message, keeping
+// err (errprefix.Lines).
+func prefixLines(path string, err error) error { return errprefix.Lines(path, err) }
 
 // cleanYAMLError names the field of each of yaml.v3's decoding errors, so a
 // person reads "routes[2].max_concurent: unknown field (line 63)" rather

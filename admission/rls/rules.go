@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
+
+	"github.com/fairgate/fairgate/internal/errprefix"
 )
 
 // Rules are the compiled descriptor trees of every configured domain. A
@@ -171,14 +173,9 @@ func ParseRules(srcs ...Source) (*Rules, error) {
 	return r, nil
 }
 
-// prefixLines puts "name: " before each line of err's message.
-func prefixLines(name string, err error) error {
-	lines := strings.Split(err.Error(), "\n")
-	for i, l := range lines {
-		lines[i] = name + ": " + l
-	}
-	return errors.New(strings.Join(lines, "\n"))
-}
+// prefixLines puts "name: " before each line of err's message, keeping
+// err (errprefix.Lines).
+func prefixLines(name string, err error) error { return errprefix.Lines(name, err) }
 
 // compileFile validates f and builds its tree.
 func compileFile(f fileConfig) (*level, error) {
