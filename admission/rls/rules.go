@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
-
 	"github.com/fairgate/fairgate/internal/errprefix"
 )
 
