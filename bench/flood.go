@@ -304,12 +304,12 @@ func formatCounts(m map[string]int) string {
 
 // measureFlood runs one flood round against srv: the innocent tenant alone
 // for d, then the innocent tenant and the flood together for d.
-func measureFlood(ctx context.Context, srv *child, d time.Duration, kind floodKind) (FloodRow, error) {
+func measureFlood(ctx context.Context, srv *child, d time.Duration, rate float64, kind floodKind) (FloodRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*d+30*time.Second)
 	defer cancel()
 	url := srv.url + demoPath
 	innocent := paced{url: url, key: demoInnocentKey, rate: InnocentRate, n: int(InnocentRate * d.Seconds()), conns: innocentConns}
-	flood := paced{url: url, key: kind.key, body: kind.body, rate: FloodRate, n: int(FloodRate * d.Seconds()), conns: floodConns}
+	flood := paced{url: url, key: kind.key, body: kind.body, rate: rate, n: int(rate * d.Seconds()), conns: floodConns}
 	quiet := innocent.run(ctx, time.Now())
 	if err := ctx.Err(); err != nil {
 		return FloodRow{}, err
@@ -325,7 +325,7 @@ func measureFlood(ctx context.Context, srv *child, d time.Duration, kind floodKi
 	if err := ctx.Err(); err != nil {
 		return FloodRow{}, err
 	}
-	row := FloodRow{Target: FloodRate, Sent: flood.sendRate(fl), Late: fl.late(), LagP99: percentile(fl.lag, 0.99),
+	row := FloodRow{Target: rate, Sent: flood.sendRate(fl), Late: fl.late(), LagP99: percentile(fl.lag, 0.99),
 		Flood429: float64(fl.byStatus[http.StatusTooManyRequests]) / wall.Seconds(),
 		FloodOK:  float64(fl.byStatus[http.StatusOK]) / wall.Seconds(), FloodOther: fl.others(http.StatusOK, http.StatusTooManyRequests),
 		QuietP50: percentile(quiet.lat, 0.5), QuietP99: percentile(quiet.lat, 0.99), QuietN: len(quiet.lat),
@@ -371,8 +371,14 @@ const nginxDemoConf = nginxHead + `  map $http_authorization $enterprise { "Bear
 // WriteFlood writes the flood rounds as a Markdown table.
 func WriteFlood(w io.Writer, rows []FloodRow) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Flood on the demo config: one over-quota key (%s) at %d/s, the innocent tenant (%s) at %d/s on %s; latency from each request's scheduled time.\n\n",
-		demoFloodKey, FloodRate, demoInnocentKey, InnocentRate, demoPath)
+	rate := float64(FloodRate)
+	for _, r := range rows {
+		if r.Target > 0 {
+			rate = r.Target
+		}
+	}
+	fmt.Fprintf(&b, "Flood on the demo config at %.0f/s: one over-quota key (%s; fairgate-anon-flood: no key; fairgate-body-flood: no key and a body announced), the innocent tenant (%s) at %d/s on %s; latency from each request's scheduled time.\n\n",
+		rate, demoFloodKey, demoInnocentKey, InnocentRate, demoPath)
 	b.WriteString("| round | server | flood sent/s (late >1 ms, lag p99 ms) | flood 429/s | flood 200/s | flood other | innocent p50 / p99 ms quiet | innocent p50 / p99 ms flood | p99 flood ÷ quiet | innocent n quiet / flood, not 200 | server CPU µs/answer (core busy) | load gen CPU µs/req |\n")
 	b.WriteString("|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {

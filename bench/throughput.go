@@ -62,6 +62,8 @@ type ThroughputOptions struct {
 	// FloodDuration is each phase of a flood round (quiet, then flood).
 	// Zero: 10s.
 	FloodDuration time.Duration
+	// FloodRate is the flood's requests per second. Zero: FloodRate.
+	FloodRate float64
 	// Progress, when set, gets a line per measurement.
 	Progress io.Writer
 	// Wrk makes wrk the load generator instead of the bench's own
@@ -114,6 +116,9 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 	}
 	if o.Duration == 0 {
 		o.Duration = 5 * time.Second
+	}
+	if o.FloodRate == 0 {
+		o.FloodRate = FloodRate
 	}
 	if o.FloodDuration == 0 {
 		o.FloodDuration = 10 * time.Second
@@ -248,7 +253,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 			row := FloodRow{Round: round, Mode: m}
 			if srv := servers[m]; srv == nil {
 				row.Skipped = skipReason(strings.TrimSuffix(m, "-flood"))
-			} else if row, err = measureFlood(ctx, srv, o.FloodDuration, floodOf(m)); err != nil {
+			} else if row, err = measureFlood(ctx, srv, o.FloodDuration, o.FloodRate, floodOf(m)); err != nil {
 				return res, err
 			}
 			row.Round, row.Mode = round, m

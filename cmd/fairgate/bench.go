@@ -31,6 +31,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rounds := fs.Int("rounds", 3, "throughput: interleaved rounds of every mode")
 	conns := fs.String("conns", "8,64", "throughput: comma-separated closed-loop connection counts")
 	floodDur := fs.Duration("flood-duration", 10*time.Second, "throughput: each phase (quiet, flood) of the flood rounds")
+	floodRate := fs.Float64("flood-rate", bench.FloodRate, "throughput: the flood's requests per second in the flood rounds")
 	generator := fs.String("generator", "client", "throughput: the load generator, the bench's own client, wrk (each server alone on the first core, wrk and the upstream on the second), or h2load (HTTP/2, cores as wrk's; fairgate and nginx)")
 	tlsRun := fs.Bool("tls", false, "throughput with --generator h2load: HTTP/2 over TLS (ALPN) instead of h2c")
 	if err := fs.Parse(args); err != nil {
@@ -46,7 +47,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errors.New("--duration: must be between 1s and 1h")
 	}
 	if *scenario == "throughput" {
-		o := bench.ThroughputOptions{Rounds: *rounds, Duration: *duration, FloodDuration: *floodDur, Progress: stderr}
+		o := bench.ThroughputOptions{Rounds: *rounds, Duration: *duration, FloodDuration: *floodDur, FloodRate: *floodRate, Progress: stderr}
 		switch *generator {
 		case "client":
 		case "wrk":
