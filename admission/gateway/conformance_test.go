@@ -303,8 +303,12 @@ func checkRefusedUnsentBody(base string, up *recorder) error {
 	if err := answeredWithoutBody(base, "demo-starter-key", 500_000, http.StatusTooManyRequests); err != nil {
 		return err
 	}
-	if n := up.count(); n != 0 && up.last().Method == "POST" {
-		return errors.New("the upstream saw a refused POST")
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	for _, r := range up.reqs {
+		if r.Method == "POST" { // every POST here was refused
+			return errors.New("the upstream saw a refused POST")
+		}
 	}
 	return nil
 }

@@ -219,10 +219,9 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		defer func() { rec.end(rc.Response.StatusCode()) }()
 	}
 	tel := e.s.tel
-	if int64(rc.Request.Header.ContentLength()) > x.maxBody {
-		// As the net/http edge: 413 before the pipeline runs when the
-		// announced length already says too much.
-		admission.WriteReason(&fastAnswer{rc: rc}, admission.ReasonBodyTooLarge, 0, reqID, "")
+	// (The writer is made only for the answer: one made per request would
+	// be an allocation per request.)
+	if cl := int64(rc.Request.Header.ContentLength()); cl > x.maxBody && announcedTooLarge(&fastAnswer{rc: rc}, cl, x.maxBody, reqID) {
 		return false
 	}
 	// The path and the credentials are views of the request's buffers:

@@ -96,3 +96,15 @@ func (tp trustedProxies) forwardingFields(peer, peerIP string, xff []string, xfp
 	}
 	return fwdFor, fwdProto, client
 }
+
+// announcedTooLarge answers 413 on w, before the pipeline runs, when a
+// request announces a body (length, -1 when unknown) over max_body_bytes,
+// and reports whether it did. A body of unknown length is bounded while
+// it is read instead.
+func announcedTooLarge(w http.ResponseWriter, length, max int64, reqID string) bool {
+	if length <= max {
+		return false
+	}
+	admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, reqID, "")
+	return true
+}

@@ -353,8 +353,7 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 		srv := s.cfg.Load().Server
 		w = newProgressWriter(w, r, srv.WriteIdleTimeout)
 		max := srv.MaxBodyBytes
-		if r.ContentLength > max {
-			admission.WriteReason(w, admission.ReasonBodyTooLarge, 0, id, "")
+		if announcedTooLarge(w, r.ContentLength, max, id) {
 			return
 		}
 		// A request without a body (net/http's NoBody: no Content-Length
