@@ -82,7 +82,7 @@ func serveFor(d Decision, service time.Duration) {
 
 // poolGate is a gate over one tier's pool of 4 seats, shared by the tenants
 // of tiers (all in pool "p"), with shedding on.
-func poolGate(t *testing.T, tiers map[string]tenant.TierConfig, tenants []tenant.TenantConfig, routes []RouteConfig) *Gate {
+func poolGate(t *testing.T, tiers map[string]tenant.TierConfig, tenants []tenant.TenantConfig, routes []RouteConfig, off shedRule) *Gate {
 	t.Helper()
 	for name, tc := range tiers {
 		tc.Pool = "p"
@@ -97,11 +97,7 @@ func poolGate(t *testing.T, tiers map[string]tenant.TierConfig, tenants []tenant
 			"p": {Share: 1, QueueLength: 16, MaxWait: time.Second}}},
 		Shedding: &shed.SheddingConfig{CalibrationInterval: time.Second},
 	}
-	g, err := New(cfg, reg, Options{Now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return newGateWithout(t, cfg, reg, Options{Now: time.Now}, off)
 }
 
 // sameTier is issue 11's second situation: two tenants of one tier share
@@ -113,8 +109,7 @@ func sameTier(t *testing.T, blind bool) map[string]*simCount {
 		{ID: "loud", Tier: "pro", APIKeysSHA256: []string{tenant.HashKey("loud-key")}},
 		{ID: "quiet", Tier: "pro", APIKeysSHA256: []string{tenant.HashKey("quiet-key")}},
 	}
-	g := poolGate(t, tiers, tenants, []RouteConfig{{Method: "GET", Path: "/search", Cost: 2}})
-	g.shareBlind = blind
+	g := poolGate(t, tiers, tenants, []RouteConfig{{Method: "GET", Path: "/search", Cost: 2}}, offIf(blind, shedByShare))
 	return simulate(t, g, []simLoad{
 		{name: "loud", key: "loud-key", path: "/search", every: 5 * time.Millisecond, service: 50 * time.Millisecond},
 		{name: "quiet", key: "quiet-key", path: "/search", every: 200 * time.Millisecond, service: 50 * time.Millisecond},
@@ -155,7 +150,7 @@ func ownExports(t *testing.T, reserve int) map[string]*simCount {
 	g := poolGate(t, tiers, tenants, []RouteConfig{
 		{Method: "GET", Path: "/me", Cost: 1, Criticality: shed.Critical},
 		{Method: "GET", Path: "/export", Cost: 10, Criticality: shed.Sheddable},
-	})
+	}, 0)
 	return simulate(t, g, []simLoad{
 		{name: "exports", key: "acme-key", path: "/export", every: 40 * time.Millisecond, service: 300 * time.Millisecond},
 		{name: "critical", key: "acme-key", path: "/me", every: 50 * time.Millisecond, service: 10 * time.Millisecond},
@@ -215,11 +210,7 @@ func twoPools(t *testing.T, noFloor bool) (map[string]*simCount, *Gate) {
 			"b": {Share: 1, LendablePercent: 100, QueueLength: 4, MaxWait: time.Second}}},
 		Shedding: &shed.SheddingConfig{CalibrationInterval: time.Second},
 	}
-	g, err := New(cfg, reg, Options{Now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.noFloor = noFloor
+	g := newGateWithout(t, cfg, reg, Options{Now: time.Now}, offIf(noFloor, shedTogether))
 	return simulate(t, g, []simLoad{
 		{name: "alpha", key: "alpha-key", path: "/search", every: 5 * time.Millisecond, service: 50 * time.Millisecond},
 		{name: "beta", key: "beta-key", path: "/export", every: 10 * time.Millisecond, service: 100 * time.Millisecond},

@@ -82,15 +82,9 @@ type Gate struct {
 	// (ns); see updateShedFloor.
 	shedFloor  atomic.Int32
 	floorRetry atomic.Int64
-	// shareBlind, a test hook set before first use, makes shedding see
-	// priorities only, as it did before it saw tenants: the negative
-	// control of the fairness tests.
-	shareBlind bool
-	// noFloor, a test hook set before first use, keeps each pool's
-	// shedding to itself: the negative control of shedding together.
-	noFloor  bool
-	reloadMu sync.Mutex
-	layerCfg layerConfig // what built the layers; guarded by reloadMu
+	shedRules  shedRule // shed.go; allShedRules but in negative controls
+	reloadMu   sync.Mutex
+	layerCfg   layerConfig // what built the layers; guarded by reloadMu
 
 	// What the console shows (admin.go): each tenant's rejections by
 	// layer and each pool's waits over the last minute, and the recent
@@ -133,7 +127,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	}
 	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger, instances: o.Instances,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps(),
-		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time)}
+		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), shedRules: allShedRules}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	_, embedded := o.Store.(*ratelimit.MemoryStore)
 	g.timeTakes = o.Metrics != nil && !embedded

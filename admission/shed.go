@@ -10,6 +10,25 @@ import (
 	"github.com/fairgate/fairgate/shed"
 )
 
+// shedRule is one rule of the shedding layer beyond each pool's own
+// shedder. The Gate applies both; each is a bit so that the negative
+// control of its test can switch it off through a test-only constructor.
+type shedRule uint8
+
+const (
+	// shedByShare: a request of a tenant within its fair share of its
+	// pool (bulkhead.Pools.Arrive) is never shed; only tenants above
+	// their shares are. Off, shedding sees priorities alone.
+	shedByShare shedRule = 1 << iota
+
+	// shedTogether: while every seat of the total is taken, no pool
+	// admits a priority below the band another pool sheds in
+	// (updateShedFloor). Off, each pool sheds by its own queue alone.
+	shedTogether
+
+	allShedRules = shedTogether<<1 - 1
+)
+
 // admitShed runs the shedding layer, before the bulkhead so that a shed
 // request never queues. Each pool has its shedder: a pool sheds when its own
 // queue builds, so one tier's flood never sheds another tier's requests
@@ -34,7 +53,7 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	d.lease.shed = ps
 	g.observe(ps, pool)
 	within, use, share := false, 0.0, 0.0
-	if g.pools != nil && !g.shareBlind {
+	if g.pools != nil && g.shedRules&shedByShare != 0 {
 		st := g.pools.Arrive(pool, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight})
 		d.arrived = true
 		within, use, share = st.Within, st.Use, st.Share
@@ -108,7 +127,7 @@ func (g *Gate) observe(ps *poolShed, pool string) {
 // every seat of the total is taken (the upstream is the bottleneck), the
 // floor of the band the most-shedding pool sheds in; otherwise none.
 func (g *Gate) updateShedFloor() {
-	if g.pools == nil || len(g.shedders) < 2 || g.noFloor {
+	if g.pools == nil || len(g.shedders) < 2 || g.shedRules&shedTogether == 0 {
 		return
 	}
 	inflight := 0

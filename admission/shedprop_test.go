@@ -122,11 +122,7 @@ func (c *shedCase) run(t *testing.T, arrivals []shedArrival, blind bool) shedRun
 		Bulkhead: &bulkhead.Config{Total: c.total, Pools: c.pools},
 		Shedding: &shed.SheddingConfig{CalibrationInterval: 200 * time.Millisecond},
 	}
-	g, err := New(cfg, reg, Options{Now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.shareBlind = blind
+	g := newGateWithout(t, cfg, reg, Options{Now: time.Now}, offIf(blind, shedByShare))
 	var out shedRun
 	var wg sync.WaitGroup
 	start := time.Now()

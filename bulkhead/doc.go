@@ -4,8 +4,19 @@
 // ([FairQueue]), which also stands on its own for per-tenant job queues.
 //
 // It imports no other fairgate package; admission composes it into the
-// pipeline, and the adaptive limit drives [Pools.SetTotal] through a
-// callback wired in cmd.
+// pipeline, where the adaptive limit drives [Pools.SetTotal] and
+// [OnShort] tells the limit when a request found no seat it may reach.
+//
+// # The rule stack
+//
+// Above the plain bulkhead (seats, bounded queues, lending and borrowing),
+// Pools applies a stack of rules that keep a light tenant's short requests
+// from waiting behind a heavier tenant's long ones: the fair queue, the
+// headroom kept for lighter tenants, the floor below which no headroom is
+// kept, the headroom over all pools, the guarantee when the pools shrink,
+// and the borrowing rules of light tenants. Each rule is specified once,
+// on its constant in rules.go; the negative control of its test builds
+// Pools without it.
 //
 // # Caps
 //

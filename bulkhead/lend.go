@@ -18,7 +18,7 @@ const lightUse = 0.1
 // weight is ratio is light (lightUse). A negative ratio, which asks for
 // any tenant, is not. ps.mu must be held.
 func (ps *Pools) lightLocked(ratio float64) bool {
-	return ratio >= 0 && ratio < lightUse && !ps.lightLimited
+	return ratio >= 0 && ratio < lightUse && ps.on(ruleLightBorrows)
 }
 
 // lightAtOnce is the most requests a light tenant has in a pool at once
@@ -38,7 +38,7 @@ const lightAtOnce = 2
 // can borrow.
 func (ps *Pools) notLightIfBusy(u *poolUser, ratio float64, mine int) float64 {
 	most := lightAtOnce
-	if ps.oneAtOnce {
+	if !ps.on(ruleLightInPairs) {
 		most = 1
 	}
 	if u.present-mine+1 > most {

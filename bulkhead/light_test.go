@@ -23,9 +23,7 @@ func manyLightTenants(t *testing.T, control string) (light, heavy flowReport) {
 		"a": {Share: 2, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 50, MaxWait: time.Second},
 		"b": {Share: 1, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 50, MaxWait: time.Second},
 		"c": {Share: 1, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 50, MaxWait: time.Second},
-	})
-	ps.lightLimited = control == "borrow"
-	ps.noGlobalHeadroom = control == "global"
+	}, withoutIf(control == "borrow", ruleLightBorrows), withoutIf(control == "global", ruleGlobalHeadroom))
 	const until = 6 * time.Second
 	lights := []int{10, 20, 20}
 	readsEvery := []time.Duration{250 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}
@@ -110,8 +108,7 @@ func secondReadBorrows(t *testing.T, oneAtOnce bool) flowReport {
 	ps := newPools(t, 6, map[string]PoolConfig{
 		"a": {Share: 1, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 20, MaxWait: time.Second},
 		"b": {Share: 2, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 20, MaxWait: time.Second},
-	})
-	ps.oneAtOnce = oneAtOnce
+	}, withoutIf(oneAtOnce, ruleLightInPairs))
 	const until = 3 * time.Second
 	arrivals := openLoop("a", "heavy", 0, until, 100*time.Millisecond, 90*time.Millisecond)
 	for k := range 10 {

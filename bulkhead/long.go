@@ -69,7 +69,7 @@ func (ps *Pools) learnHoldLocked(cost int, hold time.Duration) {
 // longLocked reports whether a request of cost holds a seat longLike times
 // as long as the shortest cost's. ps.mu must be held.
 func (ps *Pools) longLocked(cost int) bool {
-	if ps.longLikeShort || ps.shortestCost == 0 {
+	if !ps.on(ruleLongIsHeavy) || ps.shortestCost == 0 {
 		return false
 	}
 	cost = max(cost, 1)

@@ -10,13 +10,12 @@ import (
 // (cost 1); then two tenants never seen before each send an export (cost
 // 10, its hold not learnt yet: taken as ten reads'), and the light tenant
 // a read. It returns how long the read waited, or -1 if it is still
-// waiting after 100 ms. short sets longLikeShort.
+// waiting after 100 ms. short switches ruleLongIsHeavy off.
 func onsetRead(t *testing.T, short bool) time.Duration {
 	t.Helper()
 	waited := time.Duration(-1)
 	synctest.Test(t, func(t *testing.T) {
-		ps := onePool(t, 2, PoolConfig{Share: 1, QueueLength: 8, MaxWait: time.Minute})
-		ps.longLikeShort = short
+		ps := onePool(t, 2, PoolConfig{Share: 1, QueueLength: 8, MaxWait: time.Minute}, withoutIf(short, ruleLongIsHeavy))
 		ctx := t.Context()
 		s := (<-acquireReq(ctx, ps, "p", Request{Tenant: "light", Cost: 1})).seat
 		time.Sleep(10 * time.Millisecond)

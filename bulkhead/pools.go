@@ -23,56 +23,7 @@ type Pools struct {
 	byName map[string]*pool // fixed at construction
 	order  []*pool          // by name; fixed at construction
 
-	// fifo, a test hook set before first use, queues every request in one
-	// flow: the queue degrades to FIFO, the negative control of the
-	// fairness tests.
-	fifo bool
-	// noReserve, a test hook set before first use, lets requests of
-	// tenants above their fair share take every free seat: the negative
-	// control of the headroom tests.
-	noReserve bool
-	// noFloor, a test hook set before first use, makes tenants of any use
-	// keep headroom for lighter ones (no heavyUse): the negative control
-	// of the floor's test.
-	noFloor bool
-	// ownFirst, a test hook set before first use, makes a queued request
-	// of a pool with a free seat of its own wait for that seat, even when
-	// it is headroom its tenant may not take and another pool could lend
-	// one: the negative control of the borrowing-past-headroom test.
-	ownFirst bool
-	// noGuarantee, a test hook set before first use, makes light tenants
-	// wait for the seats heavier ones hold beyond their due after the
-	// pools shrank: the negative control of the guarantee's test.
-	noGuarantee bool
-	// heavyReclaims, a test hook set before first use, lets a tenant that
-	// owes lighter ones headroom take its pool's lent seats back all the
-	// same: the negative control of the test that it does not.
-	heavyReclaims bool
-	// lightLimited, a test hook set before first use, holds light
-	// tenants to their pool's borrowing limit and to idle lenders like
-	// any other: the negative control of the light tenants' borrowing
-	// test.
-	lightLimited bool
-	// oneAtOnce, a test hook set before first use, makes a tenant with
-	// another request in the pool no light tenant: the negative control
-	// of the test that a light tenant's second request borrows.
-	oneAtOnce bool
-	// anyLongest, a test hook set before first use: a full queue looks at
-	// the last longest flow only (TestFullQueuePushesOutTheHeaviestOfTheLongest).
-	anyLongest bool
-	// noGlobalHeadroom, a test hook set before first use, leaves only
-	// each pool's own headroom (no globalKeepsLocked): the negative
-	// control of the headroom over all pools.
-	noGlobalHeadroom bool
-	// longLikeShort, a test hook set before first use, lets a light
-	// tenant's long request take the headroom like its short ones: the
-	// negative control of the test that it does not.
-	longLikeShort bool
-	// fullQueueWaits, a test hook set before first use, takes a free seat
-	// at once only beside an empty queue: the negative control of the
-	// test that a light request is not refused by a full queue beside
-	// the headroom kept for it.
-	fullQueueWaits bool
+	rules rule // the rule stack (rules.go); allRules but in negative controls
 
 	onShort func() // OnShort's; fixed at construction
 
@@ -213,7 +164,7 @@ func NewPools(cfg Config, opts ...Option) (*Pools, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ps := &Pools{byName: make(map[string]*pool, len(cfg.Pools)), epoch: time.Now(), executing: map[string]int{}}
+	ps := &Pools{byName: make(map[string]*pool, len(cfg.Pools)), rules: allRules, epoch: time.Now(), executing: map[string]int{}}
 	for name, pc := range cfg.Pools {
 		p := &pool{set: ps, name: name, cfg: pc, queue: NewFairQueue[*waiter](), users: map[string]*poolUser{}, level: math.Inf(1)}
 		ps.byName[name] = p
@@ -367,7 +318,7 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 		u.arrivals.Add(ps.nanos(now), usageTau, 1)
 		u.memoOK = false
 	}
-	if (p.queue.Len() == 0 || p.queue.Len() >= p.cfg.QueueLength && !ps.fullQueueWaits) && ps.underCapLocked(&r) {
+	if (p.queue.Len() == 0 || p.queue.Len() >= p.cfg.QueueLength && ps.on(ruleFreeSeatBesideFullQueue)) && ps.underCapLocked(&r) {
 		// Nobody to wait behind; or no room to wait, and then a free
 		// seat r may take is one no queued request may (the dispatch
 		// hands those out at once: it is headroom kept for tenants as

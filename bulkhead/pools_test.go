@@ -8,18 +8,18 @@ import (
 	"time"
 )
 
-func newPools(t *testing.T, total int, pools map[string]PoolConfig) *Pools {
+func newPools(t *testing.T, total int, pools map[string]PoolConfig, opts ...Option) *Pools {
 	t.Helper()
-	ps, err := NewPools(Config{Total: total, Pools: pools})
+	ps, err := NewPools(Config{Total: total, Pools: pools}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ps
 }
 
-func onePool(t *testing.T, total int, pc PoolConfig) *Pools {
+func onePool(t *testing.T, total int, pc PoolConfig, opts ...Option) *Pools {
 	t.Helper()
-	return newPools(t, total, map[string]PoolConfig{"p": pc})
+	return newPools(t, total, map[string]PoolConfig{"p": pc}, opts...)
 }
 
 func mustAcquire(t *testing.T, ps *Pools, pool, flow string) Seat {

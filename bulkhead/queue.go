@@ -33,7 +33,7 @@ func (ps *Pools) Drain() {
 }
 
 func (ps *Pools) flowKey(flow string) string {
-	if ps.fifo {
+	if !ps.on(ruleFairQueue) {
 		return ""
 	}
 	return flow
@@ -63,7 +63,7 @@ func (ps *Pools) makeRoomLocked(p *pool, r *Request, now time.Time) bool {
 		victimFlow = ""
 		switch {
 		case !ps.withinLocked(p, r.Tenant, now):
-		case ps.anyLongest:
+		case !ps.on(ruleHeaviestOfLongest):
 			if last, _ := p.queue.newest(longest); !ps.withinLocked(p, last.req.Tenant, now) {
 				victimFlow = longest
 			}
@@ -175,7 +175,7 @@ func (ps *Pools) dispatchLocked() {
 	for _, p := range ps.order {
 		for p.queue.Len() > 0 && p.used < p.nominal && ps.grantLocked(p, p, now, grantRoom) {
 		}
-		for !ps.fifo && p.queue.Len() > 0 && ps.mayOweLocked(p, ps.nanos(now)) && ps.grantLocked(p, p, now, grantOwed) {
+		for ps.on(ruleFairQueue) && p.queue.Len() > 0 && ps.mayOweLocked(p, ps.nanos(now)) && ps.grantLocked(p, p, now, grantOwed) {
 		}
 	}
 	for progress := true; progress && ps.queued > 0; {
@@ -186,12 +186,12 @@ func (ps *Pools) dispatchLocked() {
 				continue
 			}
 			l := ps.borrowFromLocked(p, -1, 0)
-			if ps.ownFirst {
+			if !ps.on(ruleBorrowPastHeadroom) {
 				l = ps.lenderLocked(p)
 			}
 			if l != nil && ps.grantLocked(p, l, now, grantRoom) {
 				progress = true
-			} else if l := ps.borrowFromLocked(p, 0, ps.nanos(now)); l != nil && !ps.fifo && ps.grantLocked(p, l, now, grantLight) {
+			} else if l := ps.borrowFromLocked(p, 0, ps.nanos(now)); l != nil && ps.on(ruleFairQueue) && ps.grantLocked(p, l, now, grantLight) {
 				// Ratio 0 asks for a lender to a light tenant (queued
 				// or not, beyond p's borrowing limit); grantLight
 				// hands its seat to p's light tenants only.
@@ -224,15 +224,14 @@ const (
 // requests never wait in turn behind heavier tenants. The tenants above
 // their shares come after, those with the highest-priority request queued
 // first (no tenant's critical read waits behind another's export), then
-// the lightest. Each tenant's own requests go by priority, oldest first
-// (the fair queue's round robin orders the queue only under the fifo test
-// hook); and a tenant takes no seat of the headroom the lender and p keep
-// for the tenants lighter than it (roomLocked), except for a critical
-// request. How a tenant may take the seat is kind's.
+// the lightest. Each tenant's own requests go by priority, oldest first;
+// without ruleFairQueue the queue is one flow, popped in order. A tenant
+// takes no seat of the headroom the lender and p keep for the tenants
+// lighter than it (roomLocked), except for a critical request. How a tenant may take the seat is kind's.
 func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) bool {
 	var w *waiter
 	ok := false
-	if ps.fifo {
+	if !ps.on(ruleFairQueue) {
 		w, ok = p.queue.PopFunc(ps.readyLocked)
 	} else {
 		t := ps.nanos(now)

@@ -127,8 +127,7 @@ func meanOf(samples []sample, from, until time.Duration, f func(sample) int) flo
 // below its fair share of 2 seats, so it should get all of it: ≥ 99%.
 // heavy should get the seats beyond light's headroom.
 func heavyVsLight(t *testing.T, fifo bool) (light, heavy flowReport) {
-	ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 20, MaxWait: 500 * time.Millisecond})
-	ps.fifo = fifo
+	ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 20, MaxWait: 500 * time.Millisecond}, withoutIf(fifo, ruleFairQueue))
 	arrivals := append(
 		openLoop("p", "heavy", 0, 10*time.Second, 5*time.Millisecond, 100*time.Millisecond),
 		openLoop("p", "light", 2500*time.Microsecond, 10*time.Second, 200*time.Millisecond, 100*time.Millisecond)...)
@@ -198,8 +197,7 @@ func tiered(t *testing.T) (*Pools, map[string]string) {
 // first come first served. (One pool that orders its tenants by use
 // isolates them too: TestHeadroomKeepsLightRequestsFromWaiting.)
 func shared(t *testing.T) (*Pools, map[string]string) {
-	ps := onePool(t, 8, PoolConfig{Share: 1, QueueLength: 40, MaxWait: time.Second})
-	ps.fifo = true
+	ps := onePool(t, 8, PoolConfig{Share: 1, QueueLength: 40, MaxWait: time.Second}, without(ruleFairQueue))
 	return ps, map[string]string{"enterprise": "p", "starter": "p"}
 }
 
@@ -314,10 +312,9 @@ func lightReads(until, every, read, burstsFrom time.Duration) []arrival {
 // exportsVsReads: one pool of 4 seats; light sends a 5 ms read every 20 ms
 // and, twice a second, three more at once; heavy sends a 300 ms export
 // every 150 ms from 1 s (two seats' worth), then every 50 ms from 2 s (six
-// seats' worth). noReserve turns the headroom off.
+// seats' worth). noReserve switches ruleHeadroom off.
 func exportsVsReads(t *testing.T, noReserve bool) (light, heavy flowReport) {
-	ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 20, MaxWait: time.Second})
-	ps.noReserve = noReserve
+	ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 20, MaxWait: time.Second}, withoutIf(noReserve, ruleHeadroom))
 	arrivals := append(openLoop("p", "heavy", time.Second, 2*time.Second, 150*time.Millisecond, 300*time.Millisecond),
 		openLoop("p", "heavy", 2*time.Second, 10*time.Second, 50*time.Millisecond, 300*time.Millisecond)...)
 	arrivals = append(arrivals, lightReads(10*time.Second, 20*time.Millisecond, 5*time.Millisecond, 250*time.Millisecond)...)
@@ -327,20 +324,19 @@ func exportsVsReads(t *testing.T, noReserve bool) (light, heavy flowReport) {
 
 // borrowerAndLender returns pools p and l of 2 seats each; p may borrow 2
 // more, all of l's.
-func borrowerAndLender(t *testing.T) *Pools {
+func borrowerAndLender(t *testing.T, opts ...Option) *Pools {
 	return newPools(t, 4, map[string]PoolConfig{
 		"p": {Share: 1, BorrowingPercent: 100, QueueLength: 50, MaxWait: time.Second},
 		"l": {Share: 1, LendablePercent: 100, QueueLength: 50, MaxWait: time.Second},
-	})
+	}, opts...)
 }
 
 // borrowedHeadroom: pool p of 2 seats may borrow 2 more from pool l, which
 // is idle. In p, light sends a 10 ms read every 25 ms and, twice a second,
 // three more at once; heavy sends a 300 ms export every 50 ms from 1 s
-// (six seats' worth). noReserve turns the headroom off.
+// (six seats' worth). noReserve switches ruleHeadroom off.
 func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
-	ps := borrowerAndLender(t)
-	ps.noReserve = noReserve
+	ps := borrowerAndLender(t, withoutIf(noReserve, ruleHeadroom))
 	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 50*time.Millisecond, 300*time.Millisecond)
 	arrivals = append(arrivals, lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond)...)
 	reports, _ := play(t, ps, arrivals)
@@ -354,12 +350,11 @@ func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
 // free seat is then headroom for light, which middle may not take; middle
 // borrows l's instead of waiting for a search to end. ownFirst makes it
 // wait for p's own seats, and a free seat be taken at once only beside an
-// empty queue (fullQueueWaits: otherwise middle, finding p's queue full of
+// empty queue (without ruleFreeSeatBesideFullQueue: otherwise middle, finding p's queue full of
 // requests waiting for p's own seats, takes l's at once, the mechanism by
 // another way).
 func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) {
-	ps := borrowerAndLender(t)
-	ps.ownFirst, ps.fullQueueWaits = ownFirst, ownFirst
+	ps := borrowerAndLender(t, withoutIf(ownFirst, ruleBorrowPastHeadroom|ruleFreeSeatBesideFullQueue))
 	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 2500*time.Microsecond, 20*time.Millisecond)
 	for _, a := range lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond) {
 		a.flow = "middle"
@@ -378,8 +373,7 @@ func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) 
 // seats it is owed at once instead of waiting for them to end.
 // noGuarantee makes it wait.
 func shrinkingPool(t *testing.T, noGuarantee bool) (light, heavy flowReport) {
-	ps := onePool(t, 6, PoolConfig{Share: 1, QueueLength: 50, MaxWait: time.Second})
-	ps.noGuarantee = noGuarantee
+	ps := onePool(t, 6, PoolConfig{Share: 1, QueueLength: 50, MaxWait: time.Second}, withoutIf(noGuarantee, ruleGuarantee))
 	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 50*time.Millisecond, 300*time.Millisecond)
 	arrivals = append(arrivals, lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond)...)
 	stop := make(chan struct{})

@@ -142,7 +142,7 @@ const heavyUse = 0.25
 // ps.mu must be held.
 func (ps *Pools) lighterNeedLocked(p *pool, ratio float64, t int64) int {
 	ps.shareLevelLocked(p, t)
-	if ps.noReserve || ratio < heavyUse && !ps.noFloor {
+	if !ps.on(ruleHeadroom) || ratio < heavyUse && ps.on(ruleFloor) {
 		return 0
 	}
 	use, held := lighterUse(p, ratio, t)
@@ -220,7 +220,7 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 	// owed back, and not the headroom the tenant owes the tenants lighter
 	// than itself: a heavy tenant of a pool with seats lent out gets its
 	// pool's seats back only beyond that.
-	return heavier || p.lent > 0 && (ps.heavyReclaims || ps.lighterNeedLocked(p, ratio, t) == 0)
+	return heavier || p.lent > 0 && (!ps.on(ruleLentStaysForLighter) || ps.lighterNeedLocked(p, ratio, t) == 0)
 }
 
 // mayOweLocked reports whether any tenant of p may be owed a seat beyond
@@ -230,7 +230,7 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 // common case. ps.mu must be held.
 func (ps *Pools) mayOweLocked(p *pool, t int64) bool {
 	switch {
-	case ps.noReserve || ps.noGuarantee || p.used < p.nominal:
+	case !ps.on(ruleHeadroom) || !ps.on(ruleGuarantee) || p.used < p.nominal:
 		return false
 	case p.lent > 0:
 		return true
@@ -266,7 +266,7 @@ func (ps *Pools) roomLocked(p, lender *pool, ratio float64, t int64) bool {
 // headroom they need is over all pools, and the heavier tenants leave it
 // free between them. Tenants below heavyUse keep none. ps.mu must be held.
 func (ps *Pools) globalKeepsLocked(ratio float64, t int64) bool {
-	if ps.noReserve || ps.noGlobalHeadroom || len(ps.order) == 1 || ratio < heavyUse && !ps.noFloor {
+	if !ps.on(ruleHeadroom) || !ps.on(ruleGlobalHeadroom) || len(ps.order) == 1 || ratio < heavyUse && ps.on(ruleFloor) {
 		return true // with one pool, its own headroom is all there is
 	}
 	used, held := 0, 0

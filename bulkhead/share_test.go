@@ -209,8 +209,7 @@ func TestLoneRequestIsNoFlood(t *testing.T) {
 // hog's one long request; light sends a 10 ms read every 250 ms and
 // lighter one every second. noFloor lets light keep headroom for lighter.
 func lightBehindLighter(t *testing.T, noFloor bool) (light flowReport) {
-	ps := onePool(t, 2, PoolConfig{Share: 1, QueueLength: 8, MaxWait: 500 * time.Millisecond})
-	ps.noFloor = noFloor
+	ps := onePool(t, 2, PoolConfig{Share: 1, QueueLength: 8, MaxWait: 500 * time.Millisecond}, withoutIf(noFloor, ruleFloor))
 	arrivals := []arrival{{at: 0, pool: "p", flow: "hog", service: 6 * time.Second}}
 	arrivals = append(arrivals, openLoop("p", "light", time.Millisecond, 5*time.Second, 250*time.Millisecond, 10*time.Millisecond)...)
 	arrivals = append(arrivals, openLoop("p", "lighter", 600*time.Millisecond, 5*time.Second, time.Second, 10*time.Millisecond)...)
@@ -251,8 +250,7 @@ func heavyWhileLent(t *testing.T, heavyReclaims bool) int {
 	ps := newPools(t, 8, map[string]PoolConfig{
 		"p": {Share: 1, LendablePercent: 50, QueueLength: 50, MaxWait: time.Second},
 		"q": {Share: 1, BorrowingPercent: 100, QueueLength: 50, MaxWait: 5 * time.Second},
-	})
-	ps.heavyReclaims = heavyReclaims
+	}, withoutIf(heavyReclaims, ruleLentStaysForLighter))
 	arrivals := openLoop("q", "borrower", 0, 600*time.Millisecond, 100*time.Millisecond, 3*time.Second)
 	arrivals = append(arrivals, openLoop("p", "light", 700*time.Millisecond, 3*time.Second, 25*time.Millisecond, 10*time.Millisecond)...)
 	arrivals = append(arrivals, openLoop("p", "heavy", time.Second, 3*time.Second, 50*time.Millisecond, 300*time.Millisecond)...)
@@ -308,8 +306,7 @@ func TestHeavyTenantReclaimsNoHeadroom(t *testing.T) {
 // anyLongest looks only at the longest flow last to grow (other's).
 func queueBesideAnInnocent(t *testing.T, anyLongest bool) (other, light error) {
 	synctest.Test(t, func(t *testing.T) {
-		ps := onePool(t, 1, PoolConfig{Share: 1, QueueLength: 2, MaxWait: time.Minute})
-		ps.anyLongest = anyLongest
+		ps := onePool(t, 1, PoolConfig{Share: 1, QueueLength: 2, MaxWait: time.Minute}, withoutIf(anyLongest, ruleHeaviestOfLongest))
 		ctx, stop := context.WithCancel(t.Context())
 		defer func() { stop(); synctest.Wait() }()
 		held := mustAcquire(t, ps, "p", "heavy")

@@ -77,13 +77,12 @@ func TestShortOnlyWhenNoSeatIsReachable(t *testing.T) {
 // queue holds a request of a heavier tenant, waiting beside the seat of
 // headroom kept for the light one; both tenants are within their shares
 // (their uses add up to fewer than the seats), so nothing may be pushed
-// out. It returns the light request's error. waits sets fullQueueWaits.
+// out. It returns the light request's error. waits switches ruleFreeSeatBesideFullQueue off.
 func fullQueueSeat(t *testing.T, waits bool) error {
 	t.Helper()
 	var err error
 	synctest.Test(t, func(t *testing.T) {
-		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 1, MaxWait: time.Minute})
-		ps.fullQueueWaits = waits
+		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 1, MaxWait: time.Minute}, withoutIf(waits, ruleFreeSeatBesideFullQueue))
 		ctx := t.Context()
 		held, queued := loudBesideLight(ctx, ps)
 		r := <-acquireReq(ctx, ps, "p", Request{Tenant: "light"})

@@ -63,13 +63,6 @@ type kneeSense struct {
 	last   int           // the knee, or 0
 	since  time.Time     // when last was found
 	hold   time.Duration // how long last holds: kneeHold, doubled by each probe that finds it again
-	// forever, a test hook, holds a knee for good: the negative control of
-	// the test that the limit finds an upstream that recovered.
-	forever bool
-	// probeAlone, a test hook, judges a probe by the calls started at its
-	// level alone: the negative control of the test that it judges the
-	// levels above with it.
-	probeAlone bool
 	// probing is the knee that last expired, while the limit probes its
 	// level: until a knee is found again or the calls at its level are
 	// seen not to wait.
@@ -95,9 +88,10 @@ func (k *kneeSense) decay(level int, now time.Time) float64 {
 }
 
 // knee returns the knee at now, looking at levels up to upTo, or 0 if
-// there is none.
-func (k *kneeSense) knee(upTo int, now time.Time) int {
-	if k.last > 0 && !k.forever && now.Sub(k.since) >= max(k.hold, kneeHold) {
+// there is none, by the Limiter's rules (ruleKneeExpires,
+// ruleProbeJudgesAbove).
+func (k *kneeSense) knee(upTo int, now time.Time, rules rule) int {
+	if k.last > 0 && rules.on(ruleKneeExpires) && now.Sub(k.since) >= max(k.hold, kneeHold) {
 		// Probe again: the knee's level and those above start afresh,
 		// so that an upstream that recovered is seen as soon as its
 		// calls are.
@@ -107,7 +101,7 @@ func (k *kneeSense) knee(upTo int, now time.Time) int {
 		k.probing, k.last = k.last, 0
 	}
 	found := k.find(upTo, now)
-	if p := k.probing; p > 0 && (found == 0 || found > p) && k.judge(p, upTo, now) > math.Log(kneeRatio) {
+	if p := k.probing; p > 0 && (found == 0 || found > p) && k.judge(p, upTo, now, rules) > math.Log(kneeRatio) {
 		// The probe's calls, at its level and above, waited together
 		// before enough of them started at any one level: the knee is
 		// where it was (kneeSense.judge).
@@ -127,7 +121,7 @@ func (k *kneeSense) knee(upTo int, now time.Time) int {
 		// The knee is where it was: hold it twice as long next time.
 		k.hold = min(2*max(k.hold, kneeHold), kneeHoldMax)
 		k.probing = 0
-	case found > 0 || k.judge(k.probing, upTo, now) <= math.Log(kneeClear):
+	case found > 0 || k.judge(k.probing, upTo, now, rules) <= math.Log(kneeClear):
 		// The upstream changed.
 		k.hold = kneeHold
 		k.probing = 0
@@ -165,10 +159,10 @@ func (k *kneeSense) find(upTo int, now time.Time) int {
 // lowered limit drained). An upstream serving fewer calls than the
 // probed level delays those above it the more; one that recovered
 // delays none.
-func (k *kneeSense) judge(from, upTo int, now time.Time) float64 {
+func (k *kneeSense) judge(from, upTo int, now time.Time, rules rule) float64 {
 	from = min(max(from, 1), maxKneeLevel)
 	var sum, w float64
-	if k.probeAlone {
+	if !rules.on(ruleProbeJudgesAbove) {
 		upTo = from
 	}
 	for level := from; level <= min(max(upTo, from), maxKneeLevel); level++ {

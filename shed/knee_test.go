@@ -9,17 +9,20 @@ import (
 // probeSense is a kneeSense probing level 9 (its knee expired), after
 // calls started at levels 9, 10 and 11, six at each, that took ratio times
 // their typical latency; alone judges the probe by its level's calls
-// alone (probeAlone). It returns the knee then and whether it still
+// alone (without ruleProbeJudgesAbove). It returns the knee then and whether it still
 // probes.
 func probeSense(ratio float64, alone bool) (knee int, probing bool) {
-	k := kneeSense{probing: 9, probeAlone: alone}
+	k, rules := kneeSense{probing: 9}, allRules
+	if alone {
+		rules &^= ruleProbeJudgesAbove
+	}
 	now := time.Unix(1000, 0)
 	for level := 9; level <= 11; level++ {
 		for range 6 {
 			k.record(level, math.Log(ratio), now)
 		}
 	}
-	return k.knee(12, now), k.probing > 0
+	return k.knee(12, now, rules), k.probing > 0
 }
 
 // A probe judges its level together with the levels above it. The limit a

@@ -37,21 +37,7 @@ type Limiter struct {
 	lastCut time.Time  // when a slow call last cut the ceiling; guarded by mu
 	sense   queueSense // guarded by mu
 	climb   bool       // the window before the last was pressed; guarded by mu
-	// noSense, a test hook set before first use, ignores what the calls'
-	// latencies say of the upstream's queue: the gradient and the slow
-	// calls alone govern, the negative control of the queueing tests.
-	noSense bool
-	// noKnee, a test hook set before first use, ignores the knee: the
-	// negative control of its test.
-	noKnee bool
-	// noPress, a test hook set before first use, raises the limit whether
-	// or not it was pressed: the negative control of the test that it
-	// does not.
-	noPress bool
-	// slowEverywhere, a test hook set before first use, climbs slowly
-	// below the level probed too: the negative control of the test that
-	// the limit climbs back at full speed below it.
-	slowEverywhere bool
+	rules   rule       // the rules it reads latencies by (rules.go); allRules but in negative controls
 
 	notifyMu sync.Mutex
 	reported atomic.Int64 // the limit last given to onChange; written under notifyMu
@@ -81,6 +67,7 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 		min:        float64(cfg.Min),
 		max:        float64(cfg.Max),
 		ceiling:    float64(cfg.Initial),
+		rules:      allRules,
 	}
 	for _, opt := range opts {
 		opt(l)
@@ -201,16 +188,16 @@ func (l *Limiter) release(p *permit, learn bool) {
 func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state, judged := l.sense.record(class, level, d, now, l.ceiling <= l.min)
-	if l.noSense {
+	state, judged := l.sense.record(class, level, d, now, l.ceiling <= l.min, l.rules)
+	if !l.rules.on(ruleQueueSense) {
 		state, judged = queueHealthy, false
 	}
 	if judged {
 		l.climb = l.pressed.Swap(false)
 	}
-	if judged && !l.noKnee {
+	if judged && l.rules.on(ruleKnee) {
 		// Below the knee, whatever the windows say (kneeSense).
-		l.sense.knee.knee(int(l.ceiling)+1, now)
+		l.sense.knee.knee(int(l.ceiling)+1, now, l.rules)
 		l.ceiling = min(l.ceiling, l.kneeCapLocked())
 	}
 	inUse := 2*l.inflight.Load() >= int64(l.Limit())
@@ -223,13 +210,13 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 		l.ceiling = max(l.min, math.Floor(min(base*cutFactor, base-1)))
 	case state == queueHealthy || state == queueUnknown:
 		step := 1 / max(l.ceiling, senseWindow)
-		if l.sense.meanOnly {
+		if !l.rules.on(ruleLateCalls) {
 			step = 1 / l.ceiling
 		}
-		if p := l.sense.knee.probing; p > 0 && (l.ceiling+step > float64(p-1) || l.slowEverywhere) && !l.noKnee && !l.noSense {
+		if p := l.sense.knee.probing; p > 0 && (l.ceiling+step > float64(p-1) || !l.rules.on(ruleFullSpeedBelowProbe)) && l.rules.on(ruleKnee) && l.rules.on(ruleQueueSense) {
 			step /= kneeProbeSlow
 		}
-		if l.climb || l.noPress || l.noSense {
+		if l.climb || !l.rules.on(rulePress) || !l.rules.on(ruleQueueSense) {
 			l.ceiling = min(l.max, l.kneeCapLocked(), l.ceiling+step)
 		}
 	}
@@ -237,7 +224,7 @@ func (l *Limiter) learn(class, level int, d time.Duration, now time.Time) {
 }
 
 // kneeCapLocked is the highest ceiling below the knee, or Max without one
-// (or with noKnee, which never looks for one). l.mu must be held.
+// (or without ruleKnee, which never looks for one). l.mu must be held.
 func (l *Limiter) kneeCapLocked() float64 {
 	if k := l.sense.knee.last; k > 0 {
 		return max(l.min, float64(k-1))

@@ -82,9 +82,9 @@ func while(l *Limiter, clients int, call func(Permit), during func()) {
 
 // limiter8 is a Limiter from 1 to 64, starting at 8, with a MaxLatency of
 // 3 s.
-func limiter8(t *testing.T) *Limiter {
+func limiter8(t *testing.T, opts ...LimiterOption) *Limiter {
 	t.Helper()
-	l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second})
+	l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 3 * time.Second}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,17 +202,16 @@ func TestLimiterIncident(t *testing.T) {
 // timeoutLimit runs clients of which every other call hangs until the
 // client's timeout (6·base) and is dropped, and returns the highest limit
 // seen in the last 20s of a 40s run. climb lets the limit rise whether or
-// not it was pressed (noPress).
+// not it was pressed (without rulePress).
 func timeoutLimit(t *testing.T, maxLatency time.Duration, climb bool) int {
 	t.Helper()
 	const base = 20 * time.Millisecond
 	peak := 0
 	synctest.Test(t, func(t *testing.T) {
-		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 200, Initial: 20, MaxLatency: maxLatency})
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 200, Initial: 20, MaxLatency: maxLatency}, withoutIf(climb, rulePress))
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.noPress = climb
 		var n atomic.Int64
 		stop := make(chan struct{})
 		wg := driveWith(l, 100, base/2, stop, func(p Permit) {
@@ -296,15 +295,14 @@ func TestPermitReleasedExactlyOnce(t *testing.T) {
 // mixedLimit runs 60 closed-loop clients against an upstream of capacity
 // 8 whose calls are 70% reads of 5 ms and 30% exports of 300 ms (route
 // classes 1 and 2); calls beyond capacity wait their share of a queue (20
-// ms per call over capacity). noSense turns the queue sensing off. It
+// ms per call over capacity). noSense switches ruleQueueSense off. It
 // returns the mean limit over the last 10 s of 30.
 func mixedLimit(t *testing.T, noSense bool) float64 {
 	t.Helper()
 	const capacity = 8
 	var got float64
 	synctest.Test(t, func(t *testing.T) {
-		l := limiter8(t)
-		l.noSense = noSense
+		l := limiter8(t, withoutIf(noSense, ruleQueueSense))
 		var inflight, n atomic.Int64
 		stop := make(chan struct{})
 		acquire := func() (Permit, bool) {
@@ -359,17 +357,13 @@ func TestLimiterSeesQueueBehindMixedRoutes(t *testing.T) {
 // come first served): 400 reads of 5 ms a second (class 1) and 16 exports
 // of 300 ms (class 2), Poisson, seeded — 6.8 connections' worth, so that
 // only at the peaks of the exports' arrivals do reads wait. meanOnly
-// applies the rules before late calls (and noPress), noKnee ignores
-// the knee. It returns
+// switches ruleLateCalls and rulePress off, noKnee ruleKnee. It returns
 // the mean limit over the last 10 s and the share of reads in them that
 // waited 15 ms or more for a connection.
 func poolLimit(t *testing.T, meanOnly, noKnee bool) (limit, waited float64) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
-		l := limiter8(t)
-		l.sense.meanOnly = meanOnly
-		l.noPress = meanOnly
-		l.noKnee = noKnee
+		l := limiter8(t, withoutIf(meanOnly, ruleLateCalls|rulePress), withoutIf(noKnee, ruleKnee))
 		conns := make(chan struct{}, 8)
 		rng := rand.New(rand.NewPCG(20261130, 8))
 		var wg sync.WaitGroup
@@ -447,13 +441,12 @@ func TestLimiterFindsTheKnee(t *testing.T) {
 // unreachedLimit runs 5 closed-loop clients of 5 ms calls, against an
 // upstream that serves them all at once, for 10 s under a limit starting
 // at 8, and returns the highest limit it reached. climb raises the limit
-// whether or not it was pressed (noPress).
+// whether or not it was pressed (without rulePress).
 func unreachedLimit(t *testing.T, climb bool) int {
 	t.Helper()
 	peak := 0
 	synctest.Test(t, func(t *testing.T) {
-		l := limiter8(t)
-		l.noPress = climb
+		l := limiter8(t, withoutIf(climb, rulePress))
 		while(l, 5, func(p Permit) {
 			time.Sleep(5 * time.Millisecond)
 			p.Record()
@@ -482,13 +475,12 @@ func TestLimiterUnreachedDoesNotClimb(t *testing.T) {
 // recoveredLimit runs 16 closed-loop clients of 10 ms calls for 20 s
 // against an upstream of 8 connections (a call beyond them waits for one)
 // that keeps only 2 from 5 s to 13 s, and returns the mean limit over the
-// last 3 s. forever holds a knee for good.
+// last 3 s. forever switches ruleKneeExpires off: a knee holds for good.
 func recoveredLimit(t *testing.T, forever bool) float64 {
 	t.Helper()
 	var limit float64
 	synctest.Test(t, func(t *testing.T) {
-		l := limiter8(t)
-		l.sense.knee.forever = forever
+		l := limiter8(t, withoutIf(forever, ruleKneeExpires))
 		conns := make(chan struct{}, 8)
 		while(l, 16, func(p Permit) {
 			conns <- struct{}{}
@@ -527,16 +519,15 @@ func TestLimiterFindsTheUpstreamRecovered(t *testing.T) {
 // that serves them all at once, with every tenth call taking 150 ms (over
 // MaxLatency's 100 ms) for the first 4 s, and returns the mean limit from
 // 4 s to 8 s after the slow calls stop. slow climbs slowly below the level
-// probed too (slowEverywhere).
+// probed too (without ruleFullSpeedBelowProbe).
 func cutLimit(t *testing.T, slow bool) float64 {
 	t.Helper()
 	var limit float64
 	synctest.Test(t, func(t *testing.T) {
-		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 100 * time.Millisecond})
+		l, err := NewLimiter(AdaptiveConfig{Min: 1, Max: 64, Initial: 8, MaxLatency: 100 * time.Millisecond}, withoutIf(slow, ruleFullSpeedBelowProbe))
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.slowEverywhere = slow
 		var n atomic.Int64
 		var slowCalls atomic.Bool
 		slowCalls.Store(true)

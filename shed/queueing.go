@@ -73,19 +73,15 @@ type queueSense struct {
 	late    int                          // late calls in the current window
 	state   queueState
 	knee    kneeSense
-	// meanOnly, a test hook, judges windows by their mean alone, and the
-	// Limiter raises its ceiling by one per ceiling's worth of healthy
-	// calls: the rules before late calls, the negative control of their
-	// test.
-	meanOnly bool
 }
 
 // record judges one call of class that started at level (calls in flight,
 // itself included) and took d, ending at now, and returns the state,
 // which changes once per window of calls. atMin says the limit is as low
 // as it goes: calls that still wait then are not waiting for what we
-// send, and the typical latencies follow them at full speed.
-func (q *queueSense) record(class, level int, d time.Duration, now time.Time, atMin bool) (state queueState, judged bool) {
+// send, and the typical latencies follow them at full speed. rules are
+// the Limiter's (ruleLateCalls).
+func (q *queueSense) record(class, level int, d time.Duration, now time.Time, atMin bool, rules rule) (state queueState, judged bool) {
 	class = min(max(class, 0), MaxLatencyClasses-1)
 	x := math.Log(max(d.Seconds(), 1e-6))
 	if q.seen[class] < senseWarm {
@@ -121,7 +117,7 @@ func (q *queueSense) record(class, level int, d time.Duration, now time.Time, at
 	}
 	q.sum += x - t
 	q.n++
-	if x > slow+math.Log(lateFactor) && !q.meanOnly {
+	if x > slow+math.Log(lateFactor) && rules.on(ruleLateCalls) {
 		q.late++
 	}
 	if q.n < senseWindow {
