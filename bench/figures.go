@@ -23,8 +23,8 @@ type Targets struct {
 func (t Targets) set() bool { return t.MinGoodputPct > 0 || t.MaxP99Ratio > 0 }
 
 // defaultTargets are the isolation targets: an innocent tenant
-// keeps 99% of its requests and its p99 stays within 1.5× its baseline.
-var defaultTargets = Targets{MinGoodputPct: 99, MaxP99Ratio: 1.5}
+// keeps 99% of its requests and its p99 stays within 1.2× its baseline.
+var defaultTargets = Targets{MinGoodputPct: 99, MaxP99Ratio: 1.2}
 
 // TenantFigures are one tenant's figures in one run, all criticalities
 // together.

@@ -111,7 +111,7 @@ func TestWorstInnocent(t *testing.T) {
 
 func TestWorstInnocentMeetsTargets(t *testing.T) {
 	figs := []TenantFigures{
-		{Mode: "fairgate", Tenant: "x", Role: Innocent, Offered: 100, GoodputPct: 99.5, Admitted: 99, P99Ratio: 1.4},
+		{Mode: "fairgate", Tenant: "x", Role: Innocent, Offered: 100, GoodputPct: 99.5, Admitted: 99, P99Ratio: 1.15},
 		{Mode: "fairgate", Tenant: "y", Role: Innocent, Offered: 100, GoodputPct: 100, Admitted: 100, P99Ratio: 1.1},
 		{Mode: "fairgate", Tenant: "idle", Role: Innocent}, // no arrivals: not judged
 		{Mode: "fairgate", Tenant: "z", Role: Noisy, Offered: 100, GoodputPct: 1},

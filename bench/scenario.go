@@ -82,6 +82,7 @@ routes:
   - {method: GET,  path: /api/v1/users/me,       cost: 1,  criticality: critical}
   - {method: GET,  path: /api/v1/search,         cost: 2,  criticality: default}
   - {method: POST, path: /api/v1/reports/export, cost: 10, criticality: sheddable}
+  - {method: GET,  path: /api/v1/orders,         cost: 1,  criticality: default}
 # The upstream's 8 connections, one pool per tier. Every pool may borrow
 # idle seats; a flood borrows only beyond the seats its pool's lighter
 # tenants need (their headroom), so it stays in its own pool.
@@ -157,7 +158,7 @@ func innocents() []TenantLoad {
 }
 
 // Scenario names, in the order --scenario all runs them.
-var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat", "same-tier", "backstop", "many-tenants", retryStorm}
+var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat", "same-tier", "two-tier-flood", "burst-gaming", "slow-cheap", "backstop", "many-tenants", retryStorm}
 
 // ScenarioNames returns the names Lookup knows.
 func ScenarioNames() []string { return slices.Clone(scenarioNames) }
@@ -202,7 +203,7 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 		// connection-seconds a second each; with the innocents ~1.7×
 		// capacity.
 		s := base
-		s.Targets.MaxP99Ratio = 2 // a genuine overload: some queueing is fair
+		s.Targets.MaxP99Ratio = 1.5 // a genuine overload: some queueing is fair
 		s.Description = "Every tenant within its quota, but together beyond capacity: enterprise tenants wayne, stark and wonka ramp to 95% of their quotas with mixed criticalities (55% critical reads, 25% searches, 20% sheddable exports), honouring Retry-After; total ~1.7× capacity. No tenant misbehaves: only a global limit and shedding by criticality can help."
 		mixed := []Call{weighted(usersMe, 55), weighted(search, 25), weighted(export, 20)}
 		s.Tenants = innocents()
@@ -245,6 +246,35 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 				Users: 40, IPs: 40, Timeout: 5 * time.Second},
 		}
 		return s, nil
+	case "two-tier-flood":
+		// In each of two tiers a tenant floods exports inside its
+		// contract (wayne 60/s, umbrella 40/s: 600 and 400 of 1000
+		// tokens/s), 300 ms each: 30 connection-seconds a second against
+		// 8, while a quiet tenant of the same tier sends its users' reads.
+		// Neither flood is over any limit of its own; only the pools'
+		// fair division between the tenants of a tier keeps the quiet
+		// ones' reads from waiting behind their neighbours' exports.
+		return base.besideQuiet("A noisy tenant in each of two tiers at once: enterprise wayne floods exports at 60/s and pro umbrella at 40/s (300 ms each; 600 and 400 tokens/s, inside their contracts of 1000 tokens/s and 16 concurrent), ramping from 10% to 40% of the run, ignoring Retry-After: ~30 connection-seconds a second against 8. acme (enterprise) and globex (pro), quiet tenants of the same tiers, are the innocents.",
+			exportFlood("wayne", "enterprise", 60), exportFlood("umbrella", "pro", 40)), nil
+	case "burst-gaming":
+		// wayne floods exports at 150/s for 1.5 s, then is silent for
+		// 1.5 s, over and over: on average 75/s, inside its contract
+		// while on. A use that decays fast would call it light at the
+		// start of every burst.
+		flood := exportFlood("wayne", "enterprise", 150)
+		flood.Ramp, flood.Pulse = nil, 1500*time.Millisecond
+		flood.Contract.Rate, flood.Contract.Burst = 2000, 2000
+		return base.besideQuiet("Enterprise tenant wayne floods exports at 150/s for 1.5 s, then is silent for 1.5 s, over and over (inside its contract of 2000 tokens/s and 16 concurrent while on), ignoring Retry-After. acme (enterprise, same tier) and globex (pro) are the innocents.", flood), nil
+	case "slow-cheap":
+		// wayne floods GET /api/v1/orders?rows=40000: a route of cost
+		// 1 that the upstream takes 200 ms to serve (5 ms × 40). 150/s
+		// is 150 tokens/s, inside the enterprise quota of 200, and 30
+		// connection-seconds a second against 8: tokens cannot see it,
+		// only what it holds can.
+		flood := exportFlood("wayne", "enterprise", 150)
+		flood.Contract = &Contract{Rate: 200, Burst: 400, MaxConcurrent: 16}
+		flood.Calls = []Call{weighted(Call{Method: "GET", Path: "/api/v1/orders?rows=40000", Criticality: shed.Default}, 1)}
+		return base.besideQuiet("Enterprise tenant wayne floods a cheap route (GET /api/v1/orders, cost 1) whose calls the upstream takes 200 ms to serve, at 150/s (150 tokens/s, inside its quota; its contract lifts its cap to 16), ramping from 10% to 40% of the run, ignoring Retry-After: ~30 connection-seconds a second against 8. acme (enterprise, same tier) and globex (pro) are the innocents.", flood), nil
 	case "backstop":
 		// wayne sends only its own enterprise quota: 19 exports/s of 2000
 		// rows (cost 10: 190 of 200 tokens/s), 600 ms each — 11.4
@@ -297,6 +327,24 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 			GlobalBurst: 0.5, IPRate: 1000, IPBurst: 1000}, nil
 	}
 	return Scenario{}, fmt.Errorf("bench: unknown scenario %q (want %s, all or overhead)", name, strings.Join(scenarioNames, ", "))
+}
+
+// besideQuiet is s with no global backstop, described by desc, whose
+// tenants are noisy beside two quiet ones of different tiers: acme
+// (enterprise) and globex (pro), 12 interactive requests a second each.
+func (s Scenario) besideQuiet(desc string, noisy ...TenantLoad) Scenario {
+	s.GlobalTokens, s.Description = 0, desc
+	s.Tenants = append([]TenantLoad{innocentTenant("acme", "enterprise", 12, 20, 4), innocentTenant("globex", "pro", 12, 20, 4)}, noisy...)
+	return s
+}
+
+// exportFlood is a tenant of tier flooding exports at rate a second inside
+// a contract of 1000 tokens/s and 16 concurrent, ramping from a tenth of it
+// at 10% of the run to all of it at 40%, ignoring Retry-After.
+func exportFlood(id, tier string, rate float64) TenantLoad {
+	return TenantLoad{ID: id, Tier: tier, Key: "bench-" + id + "-key", Contract: &Contract{Rate: 1000, Burst: 1000, MaxConcurrent: 16}, Role: Noisy,
+		Rate: rate, Ramp: &Ramp{Start: 0.1, Peak: 0.4, From: 0.1, To: 1}, Arrivals: Constant,
+		Calls: []Call{weighted(export, 1)}, Users: 16, IPs: 4, Timeout: 10 * time.Second}
 }
 
 // manyTenants is many-tenants' cast: 20 enterprise, 40 pro and 40 starter

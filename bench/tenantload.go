@@ -87,8 +87,11 @@ type TenantLoad struct {
 	Role     Role
 	// Rate is the mean arrival rate in requests per second, multiplied by
 	// Ramp's factor when Ramp is set.
-	Rate     float64
-	Ramp     *Ramp
+	Rate float64
+	Ramp *Ramp
+	// Pulse, when set, makes the tenant send in bursts: on for Pulse, off
+	// for Pulse, from the run's start (burst-gaming).
+	Pulse    time.Duration
 	Arrivals Arrivals
 	// Calls is the route mix.
 	Calls []Call

@@ -72,7 +72,7 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 		ratio = ps.notLightIfBusy(u, ratio, 0)
 	}
 	if !r.Critical {
-		ratio = ps.headroomRatio(ratio, r.Cost)
+		ratio = ps.headroomRatio(ratio, r.holdClass())
 	}
 	if ps.guaranteedLocked(p, ratio, t) {
 		return p

@@ -32,59 +32,58 @@ const longLike = 8
 // routes' prices, a handful in any config.
 const maxCosts = 64
 
-// costHold is one cost's mean hold. A few costs are searched faster in a
-// slice than in a map, on every acquire and release.
+// costHold is one class's mean hold (Request.Class, or its cost). A few
+// classes are searched faster in a slice than in a map, on every acquire
+// and release.
 type costHold struct {
-	cost int
-	hold time.Duration
+	class holdClass
+	hold  time.Duration
 }
 
-// holdIndex returns the index of cost's mean hold in ps.holds, or -1 if it
+// holdIndex returns the index of c's mean hold in ps.holds, or -1 if it
 // is not learnt. ps.mu must be held.
-func (ps *Pools) holdIndex(cost int) int {
-	return slices.IndexFunc(ps.holds, func(h costHold) bool { return h.cost == cost })
+func (ps *Pools) holdIndex(c holdClass) int {
+	return slices.IndexFunc(ps.holds, func(h costHold) bool { return h.class.key == c.key })
 }
 
-// learnHoldLocked teaches cost's mean hold a seat held for hold. ps.mu must
+// learnHoldLocked teaches c's mean hold a seat held for hold. ps.mu must
 // be held.
-func (ps *Pools) learnHoldLocked(cost int, hold time.Duration) {
-	cost = max(cost, 1)
-	i := ps.holdIndex(cost)
+func (ps *Pools) learnHoldLocked(c holdClass, hold time.Duration) {
+	i := ps.holdIndex(c)
 	switch {
 	case i >= 0:
 		ps.holds[i].hold += (hold - ps.holds[i].hold) / 8
 	case len(ps.holds) < maxCosts:
-		ps.holds = append(ps.holds, costHold{cost, max(hold, 1)})
+		ps.holds = append(ps.holds, costHold{c, max(hold, 1)})
 	default:
 		return
 	}
-	ps.shortestHold, ps.shortestCost = ps.holds[0].hold, ps.holds[0].cost
+	ps.shortestHold, ps.shortestCost = ps.holds[0].hold, ps.holds[0].class.cost
 	for _, h := range ps.holds[1:] {
 		if h.hold < ps.shortestHold {
-			ps.shortestHold, ps.shortestCost = h.hold, h.cost
+			ps.shortestHold, ps.shortestCost = h.hold, h.class.cost
 		}
 	}
 }
 
-// longLocked reports whether a request of cost holds a seat longLike times
-// as long as the shortest cost's. ps.mu must be held.
-func (ps *Pools) longLocked(cost int) bool {
+// longLocked reports whether a request of class c holds a seat longLike
+// times as long as the shortest class's. ps.mu must be held.
+func (ps *Pools) longLocked(c holdClass) bool {
 	if !ps.on(ruleLongIsHeavy) || ps.shortestCost == 0 {
 		return false
 	}
-	cost = max(cost, 1)
-	h := ps.shortestHold * time.Duration(cost) / time.Duration(ps.shortestCost)
-	if i := ps.holdIndex(cost); i >= 0 {
+	h := ps.shortestHold * time.Duration(c.cost) / time.Duration(ps.shortestCost)
+	if i := ps.holdIndex(c); i >= 0 {
 		h = ps.holds[i].hold
 	}
 	return h >= longLike*ps.shortestHold
 }
 
 // headroomRatio is ratio, the use for its weight of the tenant of a
-// non-critical request of cost, or heavyUse if that is more and the
+// non-critical request of class c, or heavyUse if that is more and the
 // request is long. ps.mu must be held.
-func (ps *Pools) headroomRatio(ratio float64, cost int) float64 {
-	if ps.longLocked(cost) {
+func (ps *Pools) headroomRatio(ratio float64, c holdClass) float64 {
+	if ps.longLocked(c) {
 		return max(ratio, heavyUse)
 	}
 	return ratio

@@ -83,12 +83,12 @@ type poolUser struct {
 	// weight.
 	queued   bool
 	top      int
-	critical bool   // the request of priority top is critical
-	topFlow  string // the queue's flow whose next request it is
-	topCost  int    // that request's cost
-	longHeld int    // its long requests holding seats (long.go)
-	topReady bool   // that request may take a seat (its tenant under its cap)
-	granted  uint64 // Pools.grants when a request of it was last granted
+	critical bool      // the request of priority top is critical
+	topFlow  string    // the queue's flow whose next request it is
+	topClass holdClass // that request's hold class
+	longHeld int       // its long requests holding seats (long.go)
+	topReady bool      // that request may take a seat (its tenant under its cap)
+	granted  uint64    // Pools.grants when a request of it was last granted
 	// memo is its use at memoAt, while memoOK: a grant asks it of every
 	// tenant once per candidate.
 	memo     float64
@@ -120,8 +120,8 @@ type waiter struct {
 type seatToken struct {
 	gen      uint64
 	acquired time.Time
-	cost     int  // the request's, whose hold it teaches
-	long     bool // counted in its tenant's longHeld
+	class    holdClass // the request's, whose hold it teaches
+	long     bool      // counted in its tenant's longHeld
 }
 
 // Seat is a granted request's place in a pool. Release it exactly once when

@@ -243,7 +243,7 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 		p.queue.PopFunc(func(w *waiter) bool { // looks at every flow's next request, pops none
 			u := p.users[w.req.Tenant]
 			if !u.queued || w.req.Priority > u.top {
-				u.top, u.critical, u.topFlow, u.topCost = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow()), w.req.Cost
+				u.top, u.critical, u.topFlow, u.topClass = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow()), w.req.holdClass()
 			}
 			if !u.queued {
 				u.queued, u.ratio = true, ps.notLightIfBusy(u, useOf(u, t)/u.weight, 1)
@@ -254,7 +254,7 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 		})
 		for _, u := range waiting {
 			if !u.critical {
-				u.ratio = ps.headroomRatio(u.ratio, u.topCost)
+				u.ratio = ps.headroomRatio(u.ratio, u.topClass)
 			}
 		}
 		slices.SortFunc(waiting, func(a, b *poolUser) int {

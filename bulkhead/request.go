@@ -10,6 +10,11 @@ type Request struct {
 	Flow string
 	// Cost weighs the request in the fair queue; below 1 counts as 1.
 	Cost int
+	// Class is the request's route, a small number ≥ 1 the caller gives
+	// each route: the pools learn how long each class holds a seat, so
+	// that a route cheap in tokens but slow upstream counts as long (its
+	// requests take no headroom). Zero learns the hold per Cost instead.
+	Class int
 	// Weight is the tenant's weight in the pool's fair shares. Zero
 	// means 1.
 	Weight float64
@@ -31,6 +36,19 @@ type Request struct {
 	// Arrived reports that the request's arrival was already counted in
 	// its tenant's use by [Pools.Arrive].
 	Arrived bool
+}
+
+// holdClass is what a request's hold of a seat is learnt by: its Class
+// when set (key > 0), else its cost (key ≤ 0), and its cost, by which an
+// unknown class's hold is estimated.
+type holdClass struct{ key, cost int }
+
+func (r *Request) holdClass() holdClass {
+	c := max(r.Cost, 1)
+	if r.Class > 0 {
+		return holdClass{r.Class, c}
+	}
+	return holdClass{-c, c}
 }
 
 func (r *Request) flow() string {

@@ -30,6 +30,12 @@ const (
 	// free seat.
 	ruleHeadroom
 
+	// ruleArrivalSeat: the headroom counts, beyond the seats the lighter
+	// tenants hold nearly all the time, one for the request of theirs
+	// that arrives (burstNeedAt): a light tenant's request that finds
+	// another of its tenant's busy still finds a seat free.
+	ruleArrivalSeat
+
 	// ruleFloor: a tenant using less than heavyUse of a seat for its
 	// weight keeps no headroom back for lighter ones, so two light
 	// tenants never hold each other off (lighterNeedLocked).

@@ -12,8 +12,8 @@ func (ps *Pools) seatLocked(p, lender *pool, r *Request, acquired time.Time, wai
 	} else {
 		tok = new(seatToken)
 	}
-	tok.acquired, tok.cost, tok.long = acquired, r.Cost, false
-	if u := p.users[r.Tenant]; u != nil && ps.longLocked(r.Cost) {
+	tok.acquired, tok.class, tok.long = acquired, r.holdClass(), false
+	if u := p.users[r.Tenant]; u != nil && ps.longLocked(tok.class) {
 		tok.long = true
 		u.longHeld++
 		u.memoOK = false
@@ -40,7 +40,7 @@ func (s Seat) Release() {
 	} else {
 		s.pool.meanHold += (hold - s.pool.meanHold) / 8
 	}
-	ps.learnHoldLocked(s.tok.cost, now.Sub(s.tok.acquired))
+	ps.learnHoldLocked(s.tok.class, now.Sub(s.tok.acquired))
 	if u := s.pool.users[s.tenant]; u != nil && s.tok.long {
 		u.longHeld--
 		u.memoOK = false

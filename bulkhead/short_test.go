@@ -12,7 +12,8 @@ import (
 // 10 ms and then four of a loud tenant, inside a synctest bubble: the light
 // tenant has used the pool a little, so the loud one keeps it a seat of
 // headroom, and its fourth request waits beside that seat. It returns the
-// loud tenant's three seats and its fourth request's result.
+// loud tenant's three seats and its fourth request's result. ps is built
+// without ruleArrivalSeat, so that the headroom is that one seat.
 func loudBesideLight(ctx context.Context, ps *Pools) ([]Seat, <-chan result) {
 	s := (<-acquireReq(ctx, ps, "p", Request{Tenant: "light"})).seat
 	time.Sleep(10 * time.Millisecond)
@@ -32,7 +33,7 @@ func TestShortOnlyWhenNoSeatIsReachable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shorts := 0
 		ps, err := NewPools(Config{Total: 4, Pools: map[string]PoolConfig{"p": {Share: 1, QueueLength: 8, MaxWait: time.Minute}}},
-			OnShort(func() { shorts++ }))
+			OnShort(func() { shorts++ }), without(ruleArrivalSeat))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +83,7 @@ func fullQueueSeat(t *testing.T, waits bool) error {
 	t.Helper()
 	var err error
 	synctest.Test(t, func(t *testing.T) {
-		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 1, MaxWait: time.Minute}, withoutIf(waits, ruleFreeSeatBesideFullQueue))
+		ps := onePool(t, 4, PoolConfig{Share: 1, QueueLength: 1, MaxWait: time.Minute}, without(ruleArrivalSeat), withoutIf(waits, ruleFreeSeatBesideFullQueue))
 		ctx := t.Context()
 		held, queued := loudBesideLight(ctx, ps)
 		r := <-acquireReq(ctx, ps, "p", Request{Tenant: "light"})

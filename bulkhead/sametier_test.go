@@ -1,0 +1,176 @@
+package bulkhead
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// call is one request of a same-tier scenario: its tenant, pool, cost and
+// service time.
+type call struct {
+	at      time.Duration
+	pool    string
+	tenant  string
+	cost    int
+	class   int // Request.Class: the route
+	service time.Duration
+}
+
+// poissonCalls returns tenant's calls at rate a second in [from, until),
+// exponential gaps drawn from rng, each a route of mix picked by weight.
+func poissonCalls(rng *rand.Rand, pool, tenant string, rate float64, from, until time.Duration, mix ...call) []call {
+	var out []call
+	for at := from; ; {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if at >= until {
+			return out
+		}
+		c := mix[rng.IntN(len(mix))]
+		c.at, c.pool, c.tenant = at, pool, tenant
+		out = append(out, c)
+	}
+}
+
+// constantCalls returns tenant's calls of c every every in [from, until),
+// skipping the off half of each period of 2×pulse when pulse is set.
+func constantCalls(pool, tenant string, from, until, every, pulse time.Duration, c call) []call {
+	var out []call
+	for at := from; at < until; at += every {
+		if pulse > 0 && (at/pulse)%2 == 1 {
+			continue
+		}
+		c.at, c.pool, c.tenant = at, pool, tenant
+		out = append(out, c)
+	}
+	return out
+}
+
+// latencies plays calls against ps (in a synctest bubble) and returns each
+// tenant's latencies (wait plus service) of served calls, and the count
+// of its refused ones.
+func latencies(t *testing.T, ps *Pools, calls []call) (map[string][]time.Duration, map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	lat, refused := map[string][]time.Duration{}, map[string]int{}
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Go(func() {
+			time.Sleep(c.at)
+			seat, err := ps.Acquire(context.Background(), c.pool, Request{Tenant: c.tenant, Cost: c.cost, Class: c.class})
+			if err != nil {
+				mu.Lock()
+				refused[c.tenant]++
+				mu.Unlock()
+				return
+			}
+			time.Sleep(c.service)
+			seat.Release()
+			mu.Lock()
+			lat[c.tenant] = append(lat[c.tenant], seat.Waited()+c.service)
+			if c.class == usersMe.class {
+				lat[c.tenant+"/short"] = append(lat[c.tenant+"/short"], seat.Waited()+c.service)
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	checkDrained(t, ps)
+	return lat, refused
+}
+
+// p99 is the 99th percentile of ds (nearest rank).
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)*99+99)/100-1]
+}
+
+var (
+	usersMe = call{cost: 1, class: 1, service: 5 * time.Millisecond}
+	search  = call{cost: 2, class: 2, service: 20 * time.Millisecond}
+	export  = call{cost: 10, class: 3, service: 300 * time.Millisecond}
+)
+
+// sameTierCases are issue 28's three rows, in pools of 16 seats (business
+// 60%, basic 40%, each lending and borrowing half): a quiet business
+// tenant sends users/me (5 ms) 10/s and search (20 ms) 2/s, Poisson,
+// while its neighbour in the same pool, inside its rate quota, floods.
+var sameTierCases = []struct {
+	name string
+	loud func(until time.Duration) []call
+}{
+	{"exports-in-two-tiers", func(until time.Duration) []call {
+		cs := constantCalls("business", "loud", 0, until, time.Second/60, 0, export)
+		return append(cs, constantCalls("basic", "basicloud", 0, until, time.Second/40, 0, export)...)
+	}},
+	{"exports-on-and-off", func(until time.Duration) []call {
+		return constantCalls("business", "loud", 0, until, time.Second/150, 1500*time.Millisecond, export)
+	}},
+	{"slow-cheap-route", func(until time.Duration) []call {
+		return constantCalls("business", "loud", 0, until, time.Second/150, 0, call{cost: 1, class: 4, service: 200 * time.Millisecond})
+	}},
+}
+
+// sameTier plays case c for 60 s, with the quiet tenant's calls drawn from
+// seed, once with the quiet tenant alone and once beside the flood, and
+// returns the quiet tenant's users/me p99 in each and the loud tenant's
+// served calls. opts build the pools.
+func sameTier(t *testing.T, seed uint64, loud func(time.Duration) []call, opts ...Option) (alone, flood time.Duration, loudServed int) {
+	cfg := map[string]PoolConfig{
+		"business": {Share: 60, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 32, MaxWait: time.Second},
+		"basic":    {Share: 40, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 32, MaxWait: time.Second},
+	}
+	const until = 60 * time.Second
+	quiet := func() []call {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		cs := poissonCalls(rng, "business", "quiet", 10, 0, until, usersMe)
+		return append(cs, poissonCalls(rng, "business", "quiet", 2, 0, until, search)...)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		lat, _ := latencies(t, newPools(t, 16, cfg, opts...), quiet())
+		alone = p99(lat["quiet/short"])
+	})
+	synctest.Test(t, func(t *testing.T) {
+		lat, _ := latencies(t, newPools(t, 16, cfg, opts...), append(quiet(), loud(until)...))
+		flood, loudServed = p99(lat["quiet/short"]), len(lat["loud"])
+	})
+	return alone, flood, loudServed
+}
+
+// A quiet tenant beside a loud one of the same pool keeps its short
+// requests' latency: p99 within 1.2× of its own alone, in each of the
+// issue's three situations and for three seeds of its arrivals. The loud
+// tenant's exports (or slow cheap calls) fill every seat the pools leave
+// it; the headroom kept for the quiet tenant counts the seat its arriving
+// request needs (ruleArrivalSeat). Negative control: without that seat,
+// the quiet tenant's read that finds another of its own busy waits for a
+// loud request to end, and the p99 of at least one seed passes 1.2×.
+func TestSameTierQuietKeepsItsLatency(t *testing.T) {
+	for _, c := range sameTierCases {
+		t.Run(c.name, func(t *testing.T) {
+			worst, worstOff := 0.0, 0.0
+			for _, seed := range []uint64{1, 2, 3} {
+				alone, flood, served := sameTier(t, seed, c.loud)
+				aloneOff, floodOff, servedOff := sameTier(t, seed, c.loud, without(ruleArrivalSeat))
+				r, rOff := float64(flood)/float64(alone), float64(floodOff)/float64(aloneOff)
+				worst, worstOff = max(worst, r), max(worstOff, rOff)
+				t.Logf("seed %d: quiet users/me p99 %v alone, %v beside the flood (%.2f×), loud served %d; without the arrival's seat %.2f×, loud served %d",
+					seed, alone, flood, r, served, rOff, servedOff)
+			}
+			if worst > 1.2 {
+				t.Errorf("quiet tenant's worst users/me p99 %.2f× its own alone; want ≤ 1.2×", worst)
+			}
+			if worstOff <= 1.2 {
+				t.Errorf("without the arrival's seat the worst p99 is %.2f×: the check above cannot fail", worstOff)
+			}
+		})
+	}
+}
