@@ -72,7 +72,7 @@ func latencies(t *testing.T, ps *Pools, calls []call) (map[string][]time.Duratio
 			seat.Release()
 			mu.Lock()
 			lat[c.tenant] = append(lat[c.tenant], seat.Waited()+c.service)
-			if c.class == usersMe.class {
+			if c.cost == usersMe.cost && c.service == usersMe.service {
 				lat[c.tenant+"/short"] = append(lat[c.tenant+"/short"], seat.Waited()+c.service)
 			}
 			mu.Unlock()
@@ -122,8 +122,9 @@ var sameTierCases = []struct {
 // sameTier plays case c for 60 s, with the quiet tenant's calls drawn from
 // seed, once with the quiet tenant alone and once beside the flood, and
 // returns the quiet tenant's users/me p99 in each and the loud tenant's
-// served calls. opts build the pools.
-func sameTier(t *testing.T, seed uint64, loud func(time.Duration) []call, opts ...Option) (alone, flood time.Duration, loudServed int) {
+// served calls. opts build the pools; perCost gives the flood's calls no
+// Request.Class, so that the pools learn their holds per cost.
+func sameTier(t *testing.T, seed uint64, loud func(time.Duration) []call, perCost bool, opts ...Option) (alone, flood time.Duration, loudServed int) {
 	cfg := map[string]PoolConfig{
 		"business": {Share: 60, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 32, MaxWait: time.Second},
 		"basic":    {Share: 40, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 32, MaxWait: time.Second},
@@ -139,7 +140,13 @@ func sameTier(t *testing.T, seed uint64, loud func(time.Duration) []call, opts .
 		alone = p99(lat["quiet/short"])
 	})
 	synctest.Test(t, func(t *testing.T) {
-		lat, _ := latencies(t, newPools(t, 16, cfg, opts...), append(quiet(), loud(until)...))
+		cs := append(quiet(), loud(until)...)
+		if perCost {
+			for i := range cs {
+				cs[i].class = 0
+			}
+		}
+		lat, _ := latencies(t, newPools(t, 16, cfg, opts...), cs)
 		flood, loudServed = p99(lat["quiet/short"]), len(lat["loud"])
 	})
 	return alone, flood, loudServed
@@ -158,8 +165,8 @@ func TestSameTierQuietKeepsItsLatency(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			worst, worstOff := 0.0, 0.0
 			for _, seed := range []uint64{1, 2, 3} {
-				alone, flood, served := sameTier(t, seed, c.loud)
-				aloneOff, floodOff, servedOff := sameTier(t, seed, c.loud, without(ruleArrivalSeat))
+				alone, flood, served := sameTier(t, seed, c.loud, false)
+				aloneOff, floodOff, servedOff := sameTier(t, seed, c.loud, false, without(ruleArrivalSeat))
 				r, rOff := float64(flood)/float64(alone), float64(floodOff)/float64(aloneOff)
 				worst, worstOff = max(worst, r), max(worstOff, rOff)
 				t.Logf("seed %d: quiet users/me p99 %v alone, %v beside the flood (%.2f×), loud served %d; without the arrival's seat %.2f×, loud served %d",
@@ -172,5 +179,28 @@ func TestSameTierQuietKeepsItsLatency(t *testing.T) {
 				t.Errorf("without the arrival's seat the worst p99 is %.2f×: the check above cannot fail", worstOff)
 			}
 		})
+	}
+}
+
+// Cost is time: the pools learn each route's hold (Request.Class), so a
+// route cheap in tokens but slow upstream is long and takes no headroom,
+// while the quick route of the same cost keeps it. Negative control: with
+// holds learnt per cost, the slow route's 200 ms and users/me's 5 ms
+// average into one cost-1 hold, users/me counts as long and the quiet
+// tenant's reads wait for the flood's calls.
+func TestSlowCheapRouteCountsItsHold(t *testing.T) {
+	slow := sameTierCases[2]
+	if slow.name != "slow-cheap-route" {
+		t.Fatalf("case %q", slow.name)
+	}
+	alone, flood, _ := sameTier(t, 1, slow.loud, false)
+	aloneOff, floodOff, _ := sameTier(t, 1, slow.loud, true)
+	r, rOff := float64(flood)/float64(alone), float64(floodOff)/float64(aloneOff)
+	t.Logf("quiet users/me p99: %.2f× alone with holds per route, %.2f× per cost", r, rOff)
+	if r > 1.2 {
+		t.Errorf("with holds per route: %.2f×, want ≤ 1.2×", r)
+	}
+	if rOff <= 1.2 {
+		t.Errorf("with holds per cost: %.2f×: the check above cannot fail", rOff)
 	}
 }
