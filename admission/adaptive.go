@@ -16,12 +16,21 @@ import (
 //
 // The route is the call's latency class: the limit judges each call
 // against its route's typical latency (shed.Limiter.TryAcquireClass).
-func (g *Gate) admitAdaptive(ctx context.Context, class int) (shed.Permit, bool) {
+// Without pools, a non-critical call leaves the critical requests'
+// reserve (criticalReserve).
+func (g *Gate) admitAdaptive(ctx context.Context, class int, critical bool) (shed.Permit, bool) {
 	if g.limiter == nil {
 		return shed.Permit{}, true
 	}
 	sp := g.layerSpan(ctx, SpanAdaptive)
-	p, ok := g.limiter.TryAcquireClass(class)
+	keep := 0
+	if g.reserve != nil && !critical {
+		keep = g.reserve.size()
+	}
+	p, ok := g.limiter.TryAcquireLeaving(class, keep)
+	if ok && critical && g.reserve != nil {
+		g.reserve.add(int64(g.now().Sub(g.epoch)), +1)
+	}
 	if sp.on() {
 		sp.s.SetAttributes(attrLimitCurrent.Int(g.limiter.Limit()), attrLimitInFlight.Int(g.limiter.Inflight()))
 	}

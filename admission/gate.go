@@ -82,7 +82,8 @@ type Gate struct {
 	// (ns); see updateShedFloor.
 	shedFloor  atomic.Int32
 	floorRetry atomic.Int64
-	shedRules  shedRule // shed.go; allShedRules but in negative controls
+	shedRules  shedRule         // shed.go; allShedRules but in negative controls
+	reserve    *criticalReserve // without pools, with shedding: reserve.go
 	reloadMu   sync.Mutex
 	layerCfg   layerConfig // what built the layers; guarded by reloadMu
 
@@ -263,7 +264,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 		if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
 			return d, err
 		}
-		d.lease.g, d.lease.class = g, d.Route.class
+		d.lease.g, d.lease.class, d.lease.critical = g, d.Route.class, d.Route.Criticality == shed.Critical
 		d.Allowed = true
 		return d, nil
 	}
@@ -273,7 +274,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	if err := g.rate(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err
 	}
-	d.lease.g, d.lease.class = g, d.Route.class
+	d.lease.g, d.lease.class, d.lease.critical = g, d.Route.class, d.Route.Criticality == shed.Critical
 	if g.admitConcurrency(ctx, &d); d.Status != 0 {
 		return d, nil
 	}

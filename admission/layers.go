@@ -56,6 +56,9 @@ func (g *Gate) buildLayers(cfg Config) error {
 	}
 	g.shedders = map[string]*poolShed{}
 	if g.pools == nil {
+		if g.limiter != nil {
+			g.reserve = &criticalReserve{}
+		}
 		ps, err := newShed(0)
 		if err != nil {
 			return err

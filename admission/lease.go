@@ -34,6 +34,9 @@ type Lease struct {
 	shed   *poolShed
 	permit shed.Permit
 	class  int // the route's latency class, for the adaptive limit
+	// critical: the route is critical, which may take the adaptive
+	// limit's critical reserve; reserved: the permit is counted in it.
+	critical, reserved bool
 	// started: StartUpstream ran (a permit is held, or there is no adaptive
 	// layer to hold one of). answered: Answered ran (the permit is
 	// released and the completion counted).
@@ -58,12 +61,12 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 		return true
 	}
 	l.started = true
-	p, ok := l.g.admitAdaptive(ctx, l.class)
+	p, ok := l.g.admitAdaptive(ctx, l.class, l.critical)
 	if !ok {
 		l.Release()
 		return false
 	}
-	l.permit = p
+	l.permit, l.reserved = p, l.critical && l.g.reserve != nil
 	return true
 }
 
@@ -80,8 +83,17 @@ func (l *Lease) Answered() {
 	}
 	l.answered = true
 	l.permit.Record()
+	l.unreserve()
 	if l.shed != nil {
 		l.shed.completed.Add(1)
+	}
+}
+
+// unreserve gives the critical reserve back the permit just released.
+func (l *Lease) unreserve() {
+	if l.reserved {
+		l.reserved = false
+		l.g.reserve.add(int64(l.g.now().Sub(l.g.epoch)), -1)
 	}
 }
 
@@ -95,6 +107,7 @@ func (l *Lease) Release() {
 	}
 	if !l.answered {
 		l.permit.Drop()
+		l.unreserve()
 	}
 	l.seat.Release()
 	l.slot.Release()

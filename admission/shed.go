@@ -118,6 +118,9 @@ func (g *Gate) observe(ps *poolShed, pool string) {
 		p.Limit = max(1, st.Seats-st.Lent+st.Borrowed)
 	} else {
 		p.Inflight, p.Limit = g.limiter.Inflight(), g.limiter.Limit()
+		if g.reserve != nil {
+			g.reserve.refresh(t)
+		}
 	}
 	ps.shedder.Observe(now, p)
 	g.updateShedFloor()

@@ -105,8 +105,16 @@ func (l *Limiter) TryAcquire() (Permit, bool) { return l.TryAcquireClass(0) }
 // call's latency is judged against its class's typical one, so that the
 // mix of cheap and expensive calls is not mistaken for the upstream's
 // queue. Classes are 0 to MaxLatencyClasses-1; higher ones share the last.
-func (l *Limiter) TryAcquireClass(class int) (Permit, bool) {
+func (l *Limiter) TryAcquireClass(class int) (Permit, bool) { return l.TryAcquireLeaving(class, 0) }
+
+// TryAcquireLeaving is TryAcquireClass, except that it acquires a permit
+// only while keep of the limit's permits stay free after it (never more
+// than half the limit): the permits a caller keeps for its more important
+// calls. A call refused so presses the limit, as one that found it
+// reached does.
+func (l *Limiter) TryAcquireLeaving(class, keep int) (Permit, bool) {
 	level, limit := l.inflight.Add(1), int64(l.Limit())
+	limit -= int64(min(max(keep, 0), int(limit)/2))
 	if level >= limit {
 		l.Press()
 	}

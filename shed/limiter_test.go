@@ -586,3 +586,46 @@ func TestLimiterStartsAboveTheKneeLevels(t *testing.T) {
 		p.Record()
 	}
 }
+
+// TryAcquireLeaving keeps keep permits free, never more than half the
+// limit, and a call refused so presses the limit.
+func TestTryAcquireLeavingKeepsPermitsFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := NewLimiter(AdaptiveConfig{Min: 8, Max: 8, Initial: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []Permit
+		for {
+			p, ok := l.TryAcquireLeaving(0, 2)
+			if !ok {
+				break
+			}
+			held = append(held, p)
+		}
+		if len(held) != 6 || !l.pressed.Load() {
+			t.Fatalf("leaving 2 of 8: %d permits, pressed %v; want 6, true", len(held), l.pressed.Load())
+		}
+		for range 2 {
+			p, ok := l.TryAcquireClass(0)
+			if !ok {
+				t.Fatal("the permits left free were not there for a call that keeps none")
+			}
+			held = append(held, p)
+		}
+		for _, p := range held {
+			p.Drop()
+		}
+		n := 0
+		for ; n < 8; n++ {
+			p, ok := l.TryAcquireLeaving(0, 100)
+			if !ok {
+				break
+			}
+			defer p.Drop()
+		}
+		if n != 4 {
+			t.Errorf("leaving 100 of 8: %d permits; want 4 (keep is at most half the limit)", n)
+		}
+	})
+}
