@@ -73,6 +73,10 @@ type Decision struct {
 	// it would have been refused for (tenant_quota, group_quota or
 	// limit_quota); ReasonNone otherwise.
 	ShadowRejected Reason
+	// Exempt is true when the request passed the shared layers as exempt
+	// (its route's or its tenant's exempt: true): no global backstop, no
+	// shedding, no pool, no adaptive permit.
+	Exempt bool
 
 	lease Lease
 	// detail completes the message of a rejection that takes one (what

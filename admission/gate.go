@@ -264,28 +264,34 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 		if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
 			return d, err
 		}
-		d.lease.g, d.lease.class, d.lease.critical = g, d.Route.class, d.Route.Criticality == shed.Critical
+		d.Exempt = d.Route.Exempt
+		d.lease.g, d.lease.class, d.lease.critical, d.lease.exempt = g, d.Route.class, d.Route.Criticality == shed.Critical, d.Exempt
 		d.Allowed = true
 		return d, nil
 	}
 	if g.identify(ctx, c, req, &d); d.Status != 0 {
 		return d, nil
 	}
+	d.Exempt = d.Route.Exempt || d.Tenant.Exempt
 	if err := g.rate(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err
 	}
-	d.lease.g, d.lease.class, d.lease.critical = g, d.Route.class, d.Route.Criticality == shed.Critical
+	d.lease.g, d.lease.class, d.lease.critical, d.lease.exempt = g, d.Route.class, d.Route.Criticality == shed.Critical, d.Exempt
 	if g.admitConcurrency(ctx, &d); d.Status != 0 {
 		return d, nil
 	}
-	if g.admitShed(ctx, &d); d.Status != 0 {
-		return d, nil
+	if !d.Exempt {
+		if g.admitShed(ctx, &d); d.Status != 0 {
+			return d, nil
+		}
 	}
 	if err := readBody(ctx, req, &d); err != nil || d.Status != 0 {
 		return d, err
 	}
-	if err := g.admitBulkhead(ctx, c, &d); err != nil || d.Status != 0 {
-		return d, err
+	if !d.Exempt {
+		if err := g.admitBulkhead(ctx, c, &d); err != nil || d.Status != 0 {
+			return d, err
+		}
 	}
 	// The adaptive layer guards the upstream call itself: the lease runs
 	// it (Lease.StartUpstream).

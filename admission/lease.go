@@ -37,6 +37,9 @@ type Lease struct {
 	// critical: the route is critical, which may take the adaptive
 	// limit's critical reserve; reserved: the permit is counted in it.
 	critical, reserved bool
+	// exempt: the request passes the shared layers, the adaptive limit
+	// with them (Decision.Exempt).
+	exempt bool
 	// started: StartUpstream ran (a permit is held, or there is no adaptive
 	// layer to hold one of). answered: Answered ran (the permit is
 	// released and the completion counted).
@@ -61,6 +64,9 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 		return true
 	}
 	l.started = true
+	if l.exempt {
+		return true
+	}
 	p, ok := l.g.admitAdaptive(ctx, l.class, l.critical)
 	if !ok {
 		l.Release()

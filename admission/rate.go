@@ -59,6 +59,9 @@ func (g *Gate) takeBuckets(ctx context.Context, c *compiled, d *Decision) error 
 		g.logShadow(ctx, d, d.RetryAfter)
 		d.Allowed, d.Status, d.Layer, d.Reason, d.RetryAfter, d.detail = false, 0, LayerNone, ReasonNone, 0, ""
 	}
+	if d.Exempt {
+		return nil // the backstop is shared
+	}
 	return g.takeBackstop(ctx, c, d)
 }
 

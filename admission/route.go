@@ -42,6 +42,14 @@ type RouteConfig struct {
 	// admitted and counted as a would-be rejection. False (the default)
 	// leaves it to the tenant's tier and entry.
 	Shadow bool `yaml:"shadow"`
+	// Exempt passes the route's requests through every shared layer
+	// (the global backstop, shedding, the bulkhead pools and the adaptive
+	// limit) without waiting, as Kubernetes API Priority and Fairness's
+	// exempt priority level does: health checks, the control plane. They
+	// are still identified, charged to their tenant's own quotas and cap,
+	// counted (outcome exempt) and traced. Keep such routes cheap: nothing
+	// shared protects the upstream from them.
+	Exempt bool `yaml:"exempt"`
 }
 
 // RouteAuth is what a route asks of a request's credentials.
@@ -84,6 +92,8 @@ type Route struct {
 	// Shadow: the rate quotas decide this route's requests without
 	// refusing them.
 	Shadow bool
+	// Exempt: the route's requests pass the shared layers (RouteConfig.Exempt).
+	Exempt bool
 	// class is the route's latency class for the adaptive limit: its
 	// index in the config from 1; 0 for unmatched requests.
 	class int
@@ -117,7 +127,7 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 		return nil, fmt.Errorf("%s.cost: must be >= 1 (tokens)", f)
 	}
 	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost, class: i + 1,
-		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone, Shadow: rc.Shadow}
+		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone, Shadow: rc.Shadow, Exempt: rc.Exempt}
 	if rc.Auth > AuthNone {
 		return nil, fmt.Errorf("%s.auth: unknown value %d (key or none)", f, rc.Auth)
 	}

@@ -41,6 +41,9 @@ const (
 	// when shadow mode admitted a request the rate quotas refused (the
 	// rate span's ratelimit.bucket says which).
 	AttrShadowReject = attribute.Key("ratelimit.shadow_reject")
+	// AttrExempt is true, on the root span, when the request passed the
+	// shared layers as exempt.
+	AttrExempt = attribute.Key("admission.exempt")
 
 	attrAuth      = attribute.Key("auth.result") // "ok", "missing_key", "unknown_key", "too_many_failed_attempts"
 	attrCost      = attribute.Key("route.cost")
@@ -84,6 +87,9 @@ const (
 	// layer would have refused and admitted because shadow mode covers
 	// it; its layer label is "rate".
 	OutcomeShadowReject = "shadow_reject"
+	// OutcomeExempt (the outcome label only) is a request admitted as
+	// exempt (Decision.Exempt): it passed the shared layers.
+	OutcomeExempt = "exempt"
 )
 
 // round3 rounds x to three decimals, so that span attributes read
@@ -154,6 +160,9 @@ func (d *Decision) Annotate(sp trace.Span) {
 		if d.ShadowRejected != ReasonNone {
 			attrs = append(attrs, AttrShadowReject.Bool(true))
 		}
+		if d.Exempt {
+			attrs = append(attrs, AttrExempt.Bool(true))
+		}
 		sp.SetAttributes(append(attrs, AttrDecision.String(OutcomeAdmit))...)
 		return
 	}
@@ -203,6 +212,7 @@ type decisionLabels struct {
 	tenant, tier, route string
 	layer               Layer
 	shadow              bool // admitted by shadow mode
+	exempt              bool // admitted as exempt
 }
 
 // NewMetrics registers the gate's metrics on reg.
@@ -211,7 +221,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_decisions_total",
-			Help: "Admission decisions by tenant, tier, route template, the layer that rejected (none when admitted; rate for shadow_reject) and outcome (admit, reject, shadow_reject: admitted by shadow mode).",
+			Help: "Admission decisions by tenant, tier, route template, the layer that rejected (none when admitted; rate for shadow_reject) and outcome (admit, reject, shadow_reject: admitted by shadow mode, exempt: admitted past the shared layers).",
 		}, []string{"tenant", "tier", "route", "layer", "outcome"}),
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rejections_total",
@@ -280,6 +290,7 @@ func (m *Metrics) count(d *Decision) {
 	if d.Allowed && d.ShadowRejected != ReasonNone {
 		k.layer, k.shadow = LayerRate, true
 	}
+	k.exempt = d.Allowed && d.Exempt && !k.shadow
 	m.mu.RLock()
 	c := m.counters[k]
 	m.mu.RUnlock()
@@ -288,6 +299,8 @@ func (m *Metrics) count(d *Decision) {
 		switch {
 		case k.shadow:
 			outcome = OutcomeShadowReject
+		case k.exempt:
+			outcome = OutcomeExempt
 		case !d.Allowed:
 			outcome = OutcomeReject
 		}

@@ -200,6 +200,12 @@ type TenantConfig struct {
 	Limits []LimitConfig `yaml:"limits,omitempty"`
 	// Shadow, when set, overrides the tier's shadow mode for this tenant.
 	Shadow *bool `yaml:"shadow,omitempty"`
+	// Exempt passes the tenant's requests through every shared layer
+	// (the global backstop, shedding, the bulkhead pools and the adaptive
+	// limit) without waiting, as Kubernetes API Priority and Fairness's
+	// exempt priority level does: the control plane, an operator's own
+	// tooling. Its own quotas and cap still apply.
+	Exempt bool `yaml:"exempt,omitempty"`
 }
 
 // MaxRefill is the longest a bucket may take to refill from empty

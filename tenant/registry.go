@@ -35,6 +35,8 @@ type Tenant struct {
 	// Shadow is true when its rate quotas decide without refusing
 	// (the tenant's shadow, else its tier's).
 	Shadow bool
+	// Exempt: its requests pass the shared layers (TenantConfig.Exempt).
+	Exempt bool
 }
 
 // CapFor returns the cap on the tenant's requests holding seats that
@@ -90,7 +92,7 @@ func NewRegistry(c Config) (*Registry, error) {
 		for _, l := range ls {
 			t.Limits = append(t.Limits, l.Resolve())
 		}
-		t.Shadow = tier.Shadow
+		t.Shadow, t.Exempt = tier.Shadow, tc.Exempt
 		if tc.Shadow != nil {
 			t.Shadow = *tc.Shadow
 		}
