@@ -49,13 +49,16 @@ func simulate(t *testing.T, g *Gate, loads []simLoad, dur time.Duration) map[str
 						t.Error(err)
 						return
 					}
-					serveFor(d, l.service)
+					started := serveFor(d, l.service)
 					mu.Lock()
 					defer mu.Unlock()
 					c.sent++
-					if d.Allowed {
+					switch {
+					case started:
 						c.ok++
-					} else {
+					case d.Allowed:
+						c.by[LayerAdaptive.String()+"/"+ReasonLimitReached.String()]++
+					default:
 						c.by[d.Layer.String()+"/"+d.Reason.String()]++
 					}
 				})
@@ -67,22 +70,25 @@ func simulate(t *testing.T, g *Gate, loads []simLoad, dur time.Duration) map[str
 }
 
 // serveFor plays an admitted request's upstream call: its seat held for
-// service, then released. A rejected request holds nothing.
-func serveFor(d Decision, service time.Duration) {
+// service, then released. A rejected request holds nothing. It reports
+// whether the call started (the adaptive limit let it).
+func serveFor(d Decision, service time.Duration) bool {
 	if !d.Allowed {
-		return
+		return false
 	}
 	lease := d.Lease()
-	if lease.StartUpstream(context.Background()) {
+	started := lease.StartUpstream(context.Background())
+	if started {
 		time.Sleep(service)
 		lease.Answered()
 	}
 	lease.Release()
+	return started
 }
 
 // poolGate is a gate over one tier's pool of 4 seats, shared by the tenants
 // of tiers (all in pool "p"), with shedding on.
-func poolGate(t *testing.T, tiers map[string]tenant.TierConfig, tenants []tenant.TenantConfig, routes []RouteConfig, off shedRule) *Gate {
+func poolGate(t *testing.T, tiers map[string]tenant.TierConfig, tenants []tenant.TenantConfig, routes []RouteConfig, off gateRule) *Gate {
 	t.Helper()
 	for name, tc := range tiers {
 		tc.Pool = "p"

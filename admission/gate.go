@@ -82,10 +82,13 @@ type Gate struct {
 	// (ns); see updateShedFloor.
 	shedFloor  atomic.Int32
 	floorRetry atomic.Int64
-	shedRules  shedRule         // shed.go; allShedRules but in negative controls
+	rules      gateRule         // rules.go; allGateRules but in negative controls
 	reserve    *criticalReserve // without pools, with shedding: reserve.go
-	reloadMu   sync.Mutex
-	layerCfg   layerConfig // what built the layers; guarded by reloadMu
+	// fair shares the adaptive limit by tenant without pools: one pool of
+	// the limit's size and no queue (fairLimit in adaptive.go).
+	fair     *bulkhead.Pools
+	reloadMu sync.Mutex
+	layerCfg layerConfig // what built the layers; guarded by reloadMu
 
 	// What the console shows (admin.go): each tenant's rejections by
 	// layer and each pool's waits over the last minute, and the recent
@@ -128,7 +131,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	}
 	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger, instances: o.Instances,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps(),
-		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), shedRules: allShedRules}
+		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), rules: allGateRules}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	_, embedded := o.Store.(*ratelimit.MemoryStore)
 	g.timeTakes = o.Metrics != nil && !embedded
@@ -266,6 +269,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 		}
 		d.Exempt = d.Route.Exempt
 		d.lease.g, d.lease.class, d.lease.critical, d.lease.exempt = g, d.Route.class, d.Route.Criticality == shed.Critical, d.Exempt
+		g.setFairRequest(&d)
 		d.Allowed = true
 		return d, nil
 	}
@@ -295,8 +299,24 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	}
 	// The adaptive layer guards the upstream call itself: the lease runs
 	// it (Lease.StartUpstream).
+	g.setFairRequest(&d)
 	d.Allowed = true
 	return d, nil
+}
+
+// setFairRequest tells d's lease how the adaptive limit's fair share sees
+// it, when the limit is shared by tenant (Gate.fairLimit). Anonymous
+// requests share it as one tenant.
+func (g *Gate) setFairRequest(d *Decision) {
+	if !g.fairLimit() {
+		return
+	}
+	r := bulkhead.Request{Cost: int(d.Route.Cost), Class: d.Route.class, Priority: int(d.Priority),
+		Critical: d.Route.Criticality == shed.Critical, Arrived: d.arrived}
+	if d.Tenant != nil {
+		r.Tenant, r.Weight = d.Tenant.ID, d.Tenant.Weight
+	}
+	d.lease.fairRequest = r
 }
 
 // pool is the bulkhead pool (and shedder) that serves d: the route's, or

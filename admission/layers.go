@@ -22,10 +22,25 @@ func (g *Gate) buildLayers(cfg Config) error {
 		}
 		g.pools = pools
 	}
+	if cfg.Bulkhead == nil && cfg.Adaptive != nil {
+		fair, err := bulkhead.NewPools(bulkhead.Config{Total: max(cfg.Adaptive.Initial, 1), Pools: map[string]bulkhead.PoolConfig{fairPool: {Share: 1}}},
+			bulkhead.OnShort(func() {
+				if g.limiter != nil {
+					g.limiter.Press()
+				}
+			}))
+		if err != nil {
+			return err
+		}
+		g.fair = fair
+	}
 	if cfg.Adaptive != nil {
 		var opts []shed.LimiterOption
-		if g.pools != nil {
+		switch {
+		case g.pools != nil:
 			opts = append(opts, shed.OnLimitChange(g.pools.SetTotal))
+		case g.fair != nil:
+			opts = append(opts, shed.OnLimitChange(g.fair.SetTotal))
 		}
 		l, err := shed.NewLimiter(*cfg.Adaptive, opts...)
 		if err != nil {
@@ -34,6 +49,9 @@ func (g *Gate) buildLayers(cfg Config) error {
 		g.limiter = l
 		if g.pools != nil {
 			g.pools.SetTotal(l.Limit())
+		}
+		if g.fair != nil {
+			g.fair.SetTotal(l.Limit())
 		}
 	}
 	sc := shed.SheddingConfig{}

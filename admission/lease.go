@@ -40,6 +40,10 @@ type Lease struct {
 	// exempt: the request passes the shared layers, the adaptive limit
 	// with them (Decision.Exempt).
 	exempt bool
+	// fairRequest is the request as the adaptive limit's fair share sees
+	// it, without pools (Gate.fairLimit); fairSeat its seat there.
+	fairRequest bulkhead.Request
+	fairSeat    bulkhead.Seat
 	// started: StartUpstream ran (a permit is held, or there is no adaptive
 	// layer to hold one of). answered: Answered ran (the permit is
 	// released and the completion counted).
@@ -67,12 +71,12 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 	if l.exempt {
 		return true
 	}
-	p, ok := l.g.admitAdaptive(ctx, l.class, l.critical)
+	p, ok := l.g.admitAdaptive(ctx, l)
 	if !ok {
 		l.Release()
 		return false
 	}
-	l.permit, l.reserved = p, l.critical && l.g.reserve != nil
+	l.permit = p
 	return true
 }
 
@@ -115,6 +119,7 @@ func (l *Lease) Release() {
 		l.permit.Drop()
 		l.unreserve()
 	}
+	l.fairSeat.Release()
 	l.seat.Release()
 	l.slot.Release()
 	*l = Lease{}

@@ -10,25 +10,6 @@ import (
 	"github.com/fairgate/fairgate/shed"
 )
 
-// shedRule is one rule of the shedding layer beyond each pool's own
-// shedder. The Gate applies both; each is a bit so that the negative
-// control of its test can switch it off through a test-only constructor.
-type shedRule uint8
-
-const (
-	// shedByShare: a request of a tenant within its fair share of its
-	// pool (bulkhead.Pools.Arrive) is never shed; only tenants above
-	// their shares are. Off, shedding sees priorities alone.
-	shedByShare shedRule = 1 << iota
-
-	// shedTogether: while every seat of the total is taken, no pool
-	// admits a priority below the band another pool sheds in
-	// (updateShedFloor). Off, each pool sheds by its own queue alone.
-	shedTogether
-
-	allShedRules = shedTogether<<1 - 1
-)
-
 // admitShed runs the shedding layer, before the bulkhead so that a shed
 // request never queues. Each pool has its shedder: a pool sheds when its own
 // queue builds, so one tier's flood never sheds another tier's requests
@@ -53,8 +34,8 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	d.lease.shed = ps
 	g.observe(ps, pool)
 	within, use, share := false, 0.0, 0.0
-	if g.pools != nil && g.shedRules&shedByShare != 0 {
-		st := g.pools.Arrive(pool, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight})
+	if shares, name := g.sharesFor(pool); shares != nil && g.rules&shedByShare != 0 {
+		st := shares.Arrive(name, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight})
 		d.arrived = true
 		within, use, share = st.Within, st.Use, st.Share
 	}
@@ -78,6 +59,19 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	if !ok {
 		d.reject(ReasonPriority, max(retry, time.Second))
 	}
+}
+
+// sharesFor returns the pools whose fair shares the shedder of pool sees,
+// and pool's name in them: the bulkhead's, or without pools the adaptive
+// limit's shared by tenant; nil when there are neither.
+func (g *Gate) sharesFor(pool string) (*bulkhead.Pools, string) {
+	switch {
+	case g.pools != nil:
+		return g.pools, pool
+	case g.fairLimit():
+		return g.fair, fairPool
+	}
+	return nil, ""
 }
 
 // poolShed is one pool's shedder and the counters it learns from.
@@ -130,7 +124,7 @@ func (g *Gate) observe(ps *poolShed, pool string) {
 // every seat of the total is taken (the upstream is the bottleneck), the
 // floor of the band the most-shedding pool sheds in; otherwise none.
 func (g *Gate) updateShedFloor() {
-	if g.pools == nil || len(g.shedders) < 2 || g.shedRules&shedTogether == 0 {
+	if g.pools == nil || len(g.shedders) < 2 || g.rules&shedTogether == 0 {
 		return
 	}
 	inflight := 0

@@ -72,11 +72,19 @@ func (ps *Pools) longLocked(c holdClass) bool {
 	if !ps.on(ruleLongIsHeavy) || ps.shortestCost == 0 {
 		return false
 	}
-	h := ps.shortestHold * time.Duration(c.cost) / time.Duration(ps.shortestCost)
+	return ps.holdOf(c) >= longLike*ps.shortestHold
+}
+
+// holdOf is c's mean hold of a seat: learnt, or else the shortest class's
+// scaled by the two costs; zero before any is learnt. ps.mu must be held.
+func (ps *Pools) holdOf(c holdClass) time.Duration {
 	if i := ps.holdIndex(c); i >= 0 {
-		h = ps.holds[i].hold
+		return ps.holds[i].hold
 	}
-	return h >= longLike*ps.shortestHold
+	if ps.shortestCost == 0 {
+		return 0
+	}
+	return ps.shortestHold * time.Duration(c.cost) / time.Duration(ps.shortestCost)
 }
 
 // headroomRatio is ratio, the use for its weight of the tenant of a

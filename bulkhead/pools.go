@@ -100,7 +100,11 @@ type poolUser struct {
 	arrivals fairshare.Rate      // its requests arriving, per second
 	ended    fairshare.Rate      // its requests ending with a seat, per second
 	holding  fairshare.Rate      // their seat-seconds, per second
-	weight   float64
+	// refused is the seat-seconds its requests a full queue refused
+	// would have held (their class's mean hold), per second
+	// (ruleRefusedCount).
+	refused fairshare.Rate
+	weight  float64
 }
 
 // waiter is a request queued for a seat. Its fields are guarded by Pools.mu.
@@ -337,6 +341,10 @@ func (ps *Pools) Acquire(ctx context.Context, pool string, r Request) (Seat, err
 	}
 	ps.shortLocked(p, &r)
 	if !ps.makeRoomLocked(p, &r, now) {
+		if u := p.users[r.Tenant]; u != nil {
+			u.refused.Add(ps.nanos(now), usageTau, ps.holdOf(r.holdClass()).Seconds())
+			u.memoOK = false
+		}
 		ps.mu.Unlock()
 		return Seat{}, ErrQueueFull
 	}

@@ -246,7 +246,7 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 				u.top, u.critical, u.topFlow, u.topClass = w.req.Priority, w.req.Critical, ps.flowKey(w.req.flow()), w.req.holdClass()
 			}
 			if !u.queued {
-				u.queued, u.ratio = true, ps.notLightIfBusy(u, useOf(u, t)/u.weight, 1)
+				u.queued, u.ratio = true, ps.notLightIfBusy(u, ps.useOf(u, t)/u.weight, 1)
 				u.topReady = ps.readyLocked(w)
 				waiting = append(waiting, u)
 			}

@@ -36,6 +36,12 @@ const (
 	// another of its tenant's busy still finds a seat free.
 	ruleArrivalSeat
 
+	// ruleRefusedCount: a tenant none of whose requests has ended lately
+	// uses at least the seat-seconds a second its refused requests would
+	// have held (useOf), so that a tenant refused by a full pool without
+	// a queue is still light demand the headroom forms for.
+	ruleRefusedCount
+
 	// ruleFloor: a tenant using less than heavyUse of a seat for its
 	// weight keeps no headroom back for lighter ones, so two light
 	// tenants never hold each other off (lighterNeedLocked).

@@ -61,7 +61,7 @@ func (ps *Pools) Share(pool, tenant string) ShareState {
 
 // stateOf is u's ShareState in p at t, by the level last computed.
 func stateOf(p *pool, u *poolUser, t int64) ShareState {
-	st := ShareState{Use: useOf(u, t), Share: p.level * u.weight}
+	st := ShareState{Use: p.set.useOf(u, t), Share: p.level * u.weight}
 	st.Within = st.Use <= st.Share
 	return st
 }
@@ -102,7 +102,7 @@ func (ps *Pools) shareLevelLocked(p *pool, now int64) {
 // by the level last computed. ps.mu must be held.
 func (ps *Pools) withinLocked(p *pool, tenant string, now time.Time) bool {
 	u := p.users[tenant]
-	return u == nil || useOf(u, ps.nanos(now)) <= p.level*u.weight
+	return u == nil || ps.useOf(u, ps.nanos(now)) <= p.level*u.weight
 }
 
 // ratioLocked is tenant's use of p for its weight at t: what orders the
@@ -110,7 +110,7 @@ func (ps *Pools) withinLocked(p *pool, tenant string, now time.Time) bool {
 // lightest of all. ps.mu must be held.
 func (ps *Pools) ratioLocked(p *pool, tenant string, t int64) float64 {
 	if u := p.users[tenant]; u != nil {
-		return useOf(u, t) / u.weight
+		return ps.useOf(u, t) / u.weight
 	}
 	return 0
 }
@@ -165,7 +165,7 @@ func lighterUse(p *pool, ratio float64, t int64) lighterSet {
 	var w, all float64
 	for _, u := range p.users {
 		all += u.weight
-		if x := useOf(u, t); x/u.weight < ratio/lighter {
+		if x := p.set.useOf(u, t); x/u.weight < ratio/lighter {
 			l.use += x
 			l.held += u.held.Level()
 			w += u.weight
@@ -234,7 +234,7 @@ func (ps *Pools) guaranteedLocked(p *pool, ratio float64, t int64) bool {
 	heavier := false
 	for _, u := range p.users {
 		all += u.weight
-		x := useOf(u, t)
+		x := ps.useOf(u, t)
 		if r := x / u.weight; r >= heavyUse && ratio < r/lighter {
 			heavier = heavier || u.held.Level() > 0
 			continue
@@ -269,7 +269,7 @@ func (ps *Pools) mayOweLocked(p *pool, t int64) bool {
 		return true
 	}
 	for _, u := range p.users {
-		if u.held.Level() > 0 && useOf(u, t)/u.weight >= heavyUse {
+		if u.held.Level() > 0 && ps.useOf(u, t)/u.weight >= heavyUse {
 			return true
 		}
 	}
@@ -359,7 +359,7 @@ func (ps *Pools) lendableToLocked(p *pool, light bool) int {
 func (ps *Pools) recomputeLocked(p *pool, now int64) {
 	ds := p.scratch[:0]
 	for id, u := range p.users {
-		use := useOf(u, now)
+		use := ps.useOf(u, now)
 		if u.present == 0 && use < 1e-3 {
 			delete(p.users, id)
 			continue
@@ -371,14 +371,23 @@ func (ps *Pools) recomputeLocked(p *pool, now int64) {
 	p.scratch = ds[:0]
 }
 
-// useOf is u's use of p at now (see ShareState.Use).
-func useOf(u *poolUser, now int64) float64 {
+// useOf is u's use of its pool at now (see ShareState.Use). Until one of
+// its requests has ended lately, it is also at least the seat-seconds a
+// second its refused requests would have held (ruleRefusedCount): a
+// tenant whose first requests a pool without a queue refused, while a
+// flood that came before it held every seat, is light demand, and the
+// headroom must form for it; counted as no use at all it would be refused
+// again and again. ps.mu must be held.
+func (ps *Pools) useOf(u *poolUser, now int64) float64 {
 	if u.memoOK && u.memoAt == now {
 		return u.memo
 	}
 	v := u.held.At(now, usageTau)
 	if n := u.ended.At(now, usageTau); n < 1e-3 {
 		v = max(v, float64(u.present-1))
+		if ps.on(ruleRefusedCount) {
+			v = max(v, u.refused.At(now, usageTau))
+		}
 	} else {
 		v = max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, v)
 	}
