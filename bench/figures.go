@@ -138,6 +138,11 @@ type Worst struct {
 	// offered requests per second, together.
 	NoisyOKPerS      float64 `json:"noisy_ok_per_s"`
 	NoisyOfferedPerS float64 `json:"noisy_offered_per_s"`
+	// UpstreamBusyPct is the share of the upstream's capacity (its
+	// connections × the arrivals' time) spent on calls served in full:
+	// the goodput of admitted work. Work cut short for a client that left
+	// is not counted.
+	UpstreamBusyPct float64 `json:"upstream_busy_pct"`
 	// Met reports whether every innocent tenant met the scenario's
 	// targets (false when the scenario has none).
 	Met bool `json:"met_targets"`

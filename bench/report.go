@@ -58,6 +58,7 @@ func WriteReport(w io.Writer, res *Results) error {
 	if t := res.Targets; t.set() {
 		fmt.Fprintf(w, " Targets for every innocent tenant: goodput ≥ %g%%, p99 ≤ %g× baseline; none is the negative control and must miss them.", t.MinGoodputPct, t.MaxP99Ratio)
 	}
+	fmt.Fprint(w, " Upstream busy is the share of the upstream's capacity (its connections × the arrivals' time) spent on calls served in full: the goodput of admitted work, not counting calls cut short for a client that left.")
 	fmt.Fprint(w, "\n\n")
 	writeWorst(w, res)
 	for _, mode := range append([]string{"baseline"}, res.Modes...) {
@@ -77,8 +78,8 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 func writeWorst(w io.Writer, res *Results) {
 	fmt.Fprintln(w, "### Worst innocent tenant")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| mode | lowest goodput | highest p99 ÷ baseline | median innocent | noisy admitted / offered | targets |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|")
+	fmt.Fprintln(w, "| mode | lowest goodput | highest p99 ÷ baseline | median innocent | noisy admitted / offered | upstream busy | targets |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|")
 	for _, x := range res.Worst {
 		ratio := "—"
 		if x.P99Tenant != "" {
@@ -92,9 +93,9 @@ func writeWorst(w io.Writer, res *Results) {
 		if x.Innocents == 1 {
 			tenants = "tenant"
 		}
-		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d %s) | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d %s) | %s | %.0f%% | %s |\n",
 			x.Mode, x.GoodputPct, x.GoodputTenant, ratio, x.MedianGoodputPct, x.MedianP99Ratio, x.Innocents, tenants,
-			noisy, verdict(x, res.Targets))
+			noisy, x.UpstreamBusyPct, verdict(x, res.Targets))
 	}
 	fmt.Fprintln(w)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -130,6 +131,9 @@ type run struct {
 	dur     time.Duration
 	tenants []TenantLoad // samples' tenant indices point here
 	samples []sample
+	// busy is the share of the upstream's connection time spent on calls
+	// served in full during the arrivals.
+	busy float64
 }
 
 // Run runs the scenario's quiet baseline, then each mode, and returns the
@@ -193,7 +197,9 @@ func (res *Results) add(r run) {
 	res.Tenants = append(res.Tenants, figs...)
 	if len(res.runs) > 1 {
 		res.Modes = append(res.Modes, r.mode)
-		res.Worst = append(res.Worst, worstInnocent(figs, r.dur.Seconds(), res.Targets))
+		w := worstInnocent(figs, r.dur.Seconds(), res.Targets)
+		w.UpstreamBusyPct = 100 * r.busy
+		res.Worst = append(res.Worst, w)
 	}
 }
 
@@ -226,7 +232,8 @@ func runOnce(ctx context.Context, sc *Scenario, m Mode, label string, dur time.D
 	if err := ctx.Err(); err != nil {
 		return run{}, err
 	}
-	up, err := serve(demoapi.New(sc.Upstream))
+	api := demoapi.New(sc.Upstream)
+	up, err := serve(api)
 	if err != nil {
 		return run{}, err
 	}
@@ -242,9 +249,14 @@ func runOnce(ctx context.Context, sc *Scenario, m Mode, label string, dur time.D
 	l := newLoad(front.url, sc.Tenants, dur, o.Drain)
 	defer l.close()
 	stop := showProgress(o.Progress, sc.Name+"/"+label, dur, l)
+	busy0 := api.Stats().Busy
+	var busy atomic.Int64
+	t := time.AfterFunc(dur, func() { busy.Store(int64(api.Stats().Busy - busy0)) })
 	samples := l.run(ctx, o.Seed)
+	t.Stop()
 	stop()
-	return run{mode: label, dur: dur, tenants: sc.Tenants, samples: samples}, nil
+	return run{mode: label, dur: dur, tenants: sc.Tenants, samples: samples,
+		busy: float64(busy.Load()) / (float64(api.Connections()) * float64(dur))}, nil
 }
 
 // warmUp waits until the front end answers (any status), so the first

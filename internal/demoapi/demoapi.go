@@ -54,6 +54,7 @@ type API struct {
 	conns   chan struct{}
 	waiting atomic.Int64
 	served  atomic.Int64
+	busy    atomic.Int64 // ns
 	seen    atomic.Int64
 }
 
@@ -79,11 +80,14 @@ type Stats struct {
 	// Seen counts requests received, Served those that got a connection
 	// and finished; Waiting and InUse are gauges.
 	Seen, Served, Waiting, InUse int64
+	// Busy is the connection time of the calls served in full: the work
+	// that reached a client, not the calls cut short when it left.
+	Busy time.Duration
 }
 
 // Stats returns the API's counters.
 func (u *API) Stats() Stats {
-	return Stats{Seen: u.seen.Load(), Served: u.served.Load(), Waiting: u.waiting.Load(), InUse: int64(len(u.conns))}
+	return Stats{Seen: u.seen.Load(), Served: u.served.Load(), Waiting: u.waiting.Load(), InUse: int64(len(u.conns)), Busy: time.Duration(u.busy.Load())}
 }
 
 // ServeHTTP serves one request: wait for a connection, hold it for the
@@ -113,6 +117,7 @@ func (u *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.served.Add(1)
+	u.busy.Add(int64(d))
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
 		"tenant":     r.Header.Get("X-Tenant-Id"),
