@@ -86,7 +86,7 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	if !ps.globalKeepsLocked(ratio, t) {
 		return nil
 	}
-	if p.used < p.nominal && ps.lenderKeepsLocked(p, ratio, t) {
+	if p.used < p.nominal && ps.lenderKeepsLocked(p, p, ratio, t) {
 		return p
 	}
 	if !ps.mayBorrowLocked(p, ratio, t) {
@@ -115,7 +115,7 @@ func (ps *Pools) borrowFromLocked(p *pool, ratio float64, t int64) *pool {
 	var best *pool
 	bestFree := 0
 	for _, l := range ps.order {
-		if l == p || l.queue.Len() > 0 && !light || ratio >= 0 && !ps.lenderKeepsLocked(l, ratio, t) {
+		if l == p || l.queue.Len() > 0 && !light || ratio >= 0 && !ps.lenderKeepsLocked(l, p, ratio, t) {
 			continue
 		}
 		if free := lendable(l); free > bestFree {

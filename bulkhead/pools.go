@@ -104,6 +104,8 @@ type poolUser struct {
 	// would have held (their class's mean hold), per second
 	// (ruleRefusedCount).
 	refused fairshare.Rate
+	// noQueue: the pool has no queue (ruleRefusedCount).
+	noQueue bool
 	weight  float64
 }
 

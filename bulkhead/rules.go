@@ -38,8 +38,9 @@ const (
 
 	// ruleRefusedCount: a tenant none of whose requests has ended lately
 	// uses at least the seat-seconds a second its refused requests would
-	// have held (useOf), so that a tenant refused by a full pool without
-	// a queue is still light demand the headroom forms for.
+	// have held (useOf), and in a pool without a queue its arrival rate
+	// times the shortest hold, so that a tenant refused by a full pool
+	// without a queue is still light demand the headroom forms for.
 	ruleRefusedCount
 
 	// ruleFloor: a tenant using less than heavyUse of a seat for its
@@ -53,6 +54,12 @@ const (
 	// small pool's own headroom cannot hold their bursts
 	// (globalKeepsLocked).
 	ruleGlobalHeadroom
+
+	// ruleLenderKeepsItsOwn: a pool lends another pool's request only the
+	// seats beyond the headroom its own lighter tenants need, its last
+	// seat included (lenderKeepsLocked); against its own heavier tenants
+	// the last seat is never headroom.
+	ruleLenderKeepsItsOwn
 
 	// ruleGuarantee: when the pools shrink under tenants holding long
 	// requests, a lighter tenant may take a seat beyond its pool's

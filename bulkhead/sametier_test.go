@@ -246,3 +246,55 @@ func TestOnOffFloodsKeepTheQuietTenantsLatency(t *testing.T) {
 		t.Errorf("without the arrival's seat only %d of %d workloads broke: the check cannot fail", brokenOff, workloads)
 	}
 }
+
+// otherTier plays, in the bench's pools (8 seats: enterprise 50%, pro 30%,
+// starter 20%, each lending and borrowing half), a quiet pro tenant
+// alone in its pool — users/me 8/s and search 4/s, Poisson, seed — once
+// alone and once beside an enterprise tenant flooding exports 100/s, and
+// returns the quiet tenant's p99 (all its calls) in each.
+func otherTier(t *testing.T, seed uint64, opts ...Option) (alone, flood time.Duration) {
+	cfg := map[string]PoolConfig{
+		"enterprise": {Share: 50, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 32, MaxWait: time.Second},
+		"pro":        {Share: 30, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 16, MaxWait: time.Second},
+		"starter":    {Share: 20, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 4, MaxWait: 500 * time.Millisecond},
+	}
+	const until = 60 * time.Second
+	quiet := func() []call {
+		rng := rand.New(rand.NewPCG(seed, 2))
+		cs := poissonCalls(rng, "pro", "quiet", 8, 0, until, usersMe)
+		return append(cs, poissonCalls(rng, "pro", "quiet", 4, 0, until, search)...)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		lat, _ := latencies(t, newPools(t, 8, cfg, opts...), quiet())
+		alone = p99(lat["quiet"])
+	})
+	synctest.Test(t, func(t *testing.T) {
+		cs := append(quiet(), constantCalls("enterprise", "loud", 0, until, 10*time.Millisecond, 0, export)...)
+		lat, _ := latencies(t, newPools(t, 8, cfg, opts...), cs)
+		flood = p99(lat["quiet"])
+	})
+	return alone, flood
+}
+
+// A flood in one tier does not borrow the seat a quiet tenant of another
+// tier needs for its bursts: the quiet pro tenant, alone in its pool of 2
+// seats, keeps its p99 within 1.2× of its own alone (seeds 1–3) while an
+// enterprise tenant floods exports and borrows what the pools may lend
+// (ruleLenderKeepsItsOwn). Negative control: lending the pool's last seat,
+// the quiet tenant's second call at once waits for an export to end.
+func TestFloodDoesNotBorrowTheQuietTiersSeat(t *testing.T) {
+	worst, worstOff := 0.0, 0.0
+	for _, seed := range []uint64{1, 2, 3} {
+		alone, flood := otherTier(t, seed)
+		aloneOff, floodOff := otherTier(t, seed, without(ruleLenderKeepsItsOwn))
+		r, rOff := float64(flood)/float64(alone), float64(floodOff)/float64(aloneOff)
+		worst, worstOff = max(worst, r), max(worstOff, rOff)
+		t.Logf("seed %d: quiet p99 %v alone, %v beside the flood (%.2f×); lending the last seat %.2f×", seed, alone, flood, r, rOff)
+	}
+	if worst > 1.2 {
+		t.Errorf("quiet pro tenant's worst p99 %.2f× its own alone; want ≤ 1.2×", worst)
+	}
+	if worstOff <= 1.2 {
+		t.Errorf("lending the last seat the worst p99 is %.2f×: the check above cannot fail", worstOff)
+	}
+}

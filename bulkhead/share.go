@@ -282,7 +282,7 @@ func (ps *Pools) mayOweLocked(p *pool, t int64) bool {
 // (lenderKeepsLocked) and, when the seat is borrowed, so does p
 // (mayBorrowLocked). ps.mu must be held.
 func (ps *Pools) roomLocked(p, lender *pool, ratio float64, t int64) bool {
-	return ps.globalKeepsLocked(ratio, t) && ps.lenderKeepsLocked(lender, ratio, t) &&
+	return ps.globalKeepsLocked(ratio, t) && ps.lenderKeepsLocked(lender, p, ratio, t) &&
 		(lender == p || ps.mayBorrowLocked(p, ratio, t))
 }
 
@@ -311,12 +311,19 @@ func (ps *Pools) globalKeepsLocked(ratio float64, t int64) bool {
 	return ps.total-used > min(max(ps.burstNeedAt(all, globalBurstSD)-all.held, 0), ps.total-1)
 }
 
-// lenderKeepsLocked reports whether l has a free seat beyond the headroom
-// it keeps for its own tenants lighter than a tenant whose use for its
-// weight is ratio, at t; never counting its last seat as headroom. ps.mu
-// must be held.
-func (ps *Pools) lenderKeepsLocked(l *pool, ratio float64, t int64) bool {
-	return l.nominal-l.used > min(ps.lighterNeedLocked(l, ratio, t), l.nominal-1)
+// lenderKeepsLocked reports whether l has a free seat, for a request of
+// pool p, beyond the headroom l keeps for its own tenants lighter than a
+// tenant whose use for its weight is ratio, at t. Against l's own heavier
+// tenants its last seat is never headroom (a pool's tenant may always run
+// one request); against a borrower it is (ruleLenderKeepsItsOwn): a pool of
+// two seats whose one light tenant needs both for its bursts lends
+// neither. ps.mu must be held.
+func (ps *Pools) lenderKeepsLocked(l, p *pool, ratio float64, t int64) bool {
+	most := l.nominal - 1
+	if l != p && ps.on(ruleLenderKeepsItsOwn) {
+		most = l.nominal
+	}
+	return l.nominal-l.used > min(ps.lighterNeedLocked(l, ratio, t), most)
 }
 
 // mayBorrowLocked reports whether a tenant of p whose use for its weight
@@ -377,7 +384,10 @@ func (ps *Pools) recomputeLocked(p *pool, now int64) {
 // tenant whose first requests a pool without a queue refused, while a
 // flood that came before it held every seat, is light demand, and the
 // headroom must form for it; counted as no use at all it would be refused
-// again and again. ps.mu must be held.
+// again and again. In a pool without a queue, where no request waits to
+// show its tenant's demand, it is also at least its arrival rate times the
+// shortest hold the pools know: its first request, arriving while a flood
+// holds every seat, is owed one. ps.mu must be held.
 func (ps *Pools) useOf(u *poolUser, now int64) float64 {
 	if u.memoOK && u.memoAt == now {
 		return u.memo
@@ -387,6 +397,9 @@ func (ps *Pools) useOf(u *poolUser, now int64) float64 {
 		v = max(v, float64(u.present-1))
 		if ps.on(ruleRefusedCount) {
 			v = max(v, u.refused.At(now, usageTau))
+			if u.noQueue {
+				v = max(v, u.arrivals.At(now, usageTau)*ps.shortestHold.Seconds())
+			}
 		}
 	} else {
 		v = max(u.arrivals.At(now, usageTau)*u.holding.At(now, usageTau)/n, v)
@@ -414,7 +427,7 @@ func (ps *Pools) useLocked(p *pool, r *Request, delta int) {
 func (ps *Pools) userLocked(p *pool, r *Request) *poolUser {
 	u := p.users[r.Tenant]
 	if u == nil {
-		u = &poolUser{id: r.Tenant}
+		u = &poolUser{id: r.Tenant, noQueue: p.cfg.QueueLength == 0}
 		p.users[r.Tenant] = u
 	}
 	u.weight = r.Weight
