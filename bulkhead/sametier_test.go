@@ -130,26 +130,33 @@ func sameTier(t *testing.T, seed uint64, loud func(time.Duration) []call, perCos
 		"basic":    {Share: 40, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 32, MaxWait: time.Second},
 	}
 	const until = 60 * time.Second
-	quiet := func() []call {
-		rng := rand.New(rand.NewPCG(seed, 1))
-		cs := poissonCalls(rng, "business", "quiet", 10, 0, until, usersMe)
-		return append(cs, poissonCalls(rng, "business", "quiet", 2, 0, until, search)...)
-	}
-	synctest.Test(t, func(t *testing.T) {
-		lat, _ := latencies(t, newPools(t, 16, cfg, opts...), quiet())
-		alone = p99(lat["quiet/short"])
-	})
-	synctest.Test(t, func(t *testing.T) {
-		cs := append(quiet(), loud(until)...)
-		if perCost {
-			for i := range cs {
-				cs[i].class = 0
-			}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	quiet := poissonCalls(rng, "business", "quiet", 10, 0, until, usersMe)
+	quiet = append(quiet, poissonCalls(rng, "business", "quiet", 2, 0, until, search)...)
+	flooding := loud(until)
+	if perCost {
+		for i := range flooding {
+			flooding[i].class = 0
 		}
-		lat, _ := latencies(t, newPools(t, 16, cfg, opts...), cs)
-		flood, loudServed = p99(lat["quiet/short"]), len(lat["loud"])
+		for i := range quiet {
+			quiet[i].class = 0
+		}
+	}
+	a, f := aloneAndBeside(t, 16, cfg, quiet, flooding, opts...)
+	return p99(a["quiet/short"]), p99(f["quiet/short"]), len(f["loud"])
+}
+
+// aloneAndBeside plays the quiet calls against pools of total seats and
+// cfg, alone and then with the loud ones, each in a synctest bubble, and
+// returns the tenants' latencies in each run.
+func aloneAndBeside(t *testing.T, total int, cfg map[string]PoolConfig, quiet, loud []call, opts ...Option) (alone, beside map[string][]time.Duration) {
+	synctest.Test(t, func(t *testing.T) {
+		alone, _ = latencies(t, newPools(t, total, cfg, opts...), quiet)
 	})
-	return alone, flood, loudServed
+	synctest.Test(t, func(t *testing.T) {
+		beside, _ = latencies(t, newPools(t, total, cfg, opts...), append(slices.Clone(quiet), loud...))
+	})
+	return alone, beside
 }
 
 // A quiet tenant beside a loud one of the same pool keeps its short
@@ -259,20 +266,11 @@ func otherTier(t *testing.T, seed uint64, opts ...Option) (alone, flood time.Dur
 		"starter":    {Share: 20, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 4, MaxWait: 500 * time.Millisecond},
 	}
 	const until = 60 * time.Second
-	quiet := func() []call {
-		rng := rand.New(rand.NewPCG(seed, 2))
-		cs := poissonCalls(rng, "pro", "quiet", 8, 0, until, usersMe)
-		return append(cs, poissonCalls(rng, "pro", "quiet", 4, 0, until, search)...)
-	}
-	synctest.Test(t, func(t *testing.T) {
-		lat, _ := latencies(t, newPools(t, 8, cfg, opts...), quiet())
-		alone = p99(lat["quiet"])
-	})
-	synctest.Test(t, func(t *testing.T) {
-		cs := append(quiet(), constantCalls("enterprise", "loud", 0, until, 10*time.Millisecond, 0, export)...)
-		lat, _ := latencies(t, newPools(t, 8, cfg, opts...), cs)
-		flood = p99(lat["quiet"])
-	})
+	rng := rand.New(rand.NewPCG(seed, 2))
+	quiet := poissonCalls(rng, "pro", "quiet", 8, 0, until, usersMe)
+	quiet = append(quiet, poissonCalls(rng, "pro", "quiet", 4, 0, until, search)...)
+	a, f := aloneAndBeside(t, 8, cfg, quiet, constantCalls("enterprise", "loud", 0, until, 10*time.Millisecond, 0, export), opts...)
+	alone, flood = p99(a["quiet"]), p99(f["quiet"])
 	return alone, flood
 }
 
