@@ -43,6 +43,11 @@ func (g *Gate) admitAdaptive(ctx context.Context, l *Lease) (shed.Permit, bool) 
 	switch {
 	case g.pools != nil:
 		ok = true
+	case ok && l.critical && g.reserve != nil:
+		// A critical call with a permit has the reserve for its share:
+		// the tenants' division of the limit is for the rest, and its
+		// seats are held until the response is written, after the
+		// permit.
 	case g.fairLimit() && (ok || keep == 0):
 		var err error
 		if l.fairSeat, err = g.fair.Acquire(ctx, fairPool, l.fairRequest); err != nil {
