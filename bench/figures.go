@@ -16,6 +16,13 @@ type Targets struct {
 	// MaxP99Ratio is the highest acceptable admitted p99 ÷ the tenant's
 	// own quiet-baseline p99.
 	MaxP99Ratio float64 `json:"max_p99_ratio"`
+	// MinCriticalPct is the lowest acceptable share of the critical calls
+	// sent, every tenant's together, that get a 2xx (0 judges nothing).
+	MinCriticalPct float64 `json:"min_critical_pct,omitempty"`
+	// MinPeakBusyPct is the lowest acceptable upstream busy from the
+	// noisy tenants' peak on: under total overload, admitted goodput as a
+	// share of the upstream's capacity (0 judges nothing).
+	MinPeakBusyPct float64 `json:"min_peak_busy_pct,omitempty"`
 }
 
 // set reports whether t judges anything (the overhead scenario has no
@@ -143,6 +150,14 @@ type Worst struct {
 	// the goodput of admitted work. Work cut short for a client that left
 	// is not counted.
 	UpstreamBusyPct float64 `json:"upstream_busy_pct"`
+	// PeakBusyPct is UpstreamBusyPct from the noisy tenants' peak to the
+	// end of the arrivals: the upstream's use under the whole overload.
+	PeakBusyPct float64 `json:"peak_busy_pct,omitempty"`
+	// CriticalPct is the share of the critical calls sent, every
+	// tenant's, that got a 2xx; CriticalDeferred counts those their
+	// clients held back, honouring a Retry-After another call got.
+	CriticalPct      float64 `json:"critical_pct,omitempty"`
+	CriticalDeferred int     `json:"critical_deferred,omitempty"`
 	// Met reports whether every innocent tenant met the scenario's
 	// targets (false when the scenario has none).
 	Met bool `json:"met_targets"`

@@ -56,9 +56,16 @@ func WriteReport(w io.Writer, res *Results) error {
 		"(a p99 of a few dozen requests is their slowest, so that, not chance, decides which one it is).",
 		res.Seed, secs(res.DurationS), secs(res.BaselineS), res.Baseline)
 	if t := res.Targets; t.set() {
-		fmt.Fprintf(w, " Targets for every innocent tenant: goodput ≥ %g%%, p99 ≤ %g× baseline; none is the negative control and must miss them.", t.MinGoodputPct, t.MaxP99Ratio)
+		fmt.Fprintf(w, " Targets for every innocent tenant: goodput ≥ %g%%, p99 ≤ %g× baseline", t.MinGoodputPct, t.MaxP99Ratio)
+		if t.MinCriticalPct > 0 {
+			fmt.Fprintf(w, "; critical calls sent, every tenant's: ≥ %g%% answered 2xx (a call a client deferred, honouring the Retry-After another of its calls got, was not sent)", t.MinCriticalPct)
+		}
+		if t.MinPeakBusyPct > 0 {
+			fmt.Fprintf(w, "; upstream busy from the peak on ≥ %g%%", t.MinPeakBusyPct)
+		}
+		fmt.Fprint(w, "; none is the negative control and must miss them.")
 	}
-	fmt.Fprint(w, " Upstream busy is the share of the upstream's capacity (its connections × the arrivals' time) spent on calls served in full: the goodput of admitted work, not counting calls cut short for a client that left.")
+	fmt.Fprint(w, " Upstream busy is the share of the upstream's capacity (its connections × the arrivals' time) spent on calls served in full: the goodput of admitted work, not counting calls cut short for a client that left; in brackets, the same from the noisy tenants' peak to the end, under the whole overload.")
 	fmt.Fprint(w, "\n\n")
 	writeWorst(w, res)
 	for _, mode := range append([]string{"baseline"}, res.Modes...) {
@@ -78,8 +85,8 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 func writeWorst(w io.Writer, res *Results) {
 	fmt.Fprintln(w, "### Worst innocent tenant")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| mode | lowest goodput | highest p99 ÷ baseline | median innocent | noisy admitted / offered | upstream busy | targets |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(w, "| mode | lowest goodput | highest p99 ÷ baseline | median innocent | noisy admitted / offered | upstream busy (from the peak) | critical goodput | targets |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---|")
 	for _, x := range res.Worst {
 		ratio := "—"
 		if x.P99Tenant != "" {
@@ -93,9 +100,17 @@ func writeWorst(w io.Writer, res *Results) {
 		if x.Innocents == 1 {
 			tenants = "tenant"
 		}
-		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d %s) | %s | %.0f%% | %s |\n",
+		busy := fmt.Sprintf("%.0f%%", x.UpstreamBusyPct)
+		if x.PeakBusyPct > 0 {
+			busy += fmt.Sprintf(" (%.0f%%)", x.PeakBusyPct)
+		}
+		crit := "—"
+		if x.CriticalPct > 0 {
+			crit = fmt.Sprintf("%.2f%% (%d deferred)", x.CriticalPct, x.CriticalDeferred)
+		}
+		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d %s) | %s | %s | %s | %s |\n",
 			x.Mode, x.GoodputPct, x.GoodputTenant, ratio, x.MedianGoodputPct, x.MedianP99Ratio, x.Innocents, tenants,
-			noisy, x.UpstreamBusyPct, verdict(x, res.Targets))
+			noisy, busy, crit, verdict(x, res.Targets))
 	}
 	fmt.Fprintln(w)
 }

@@ -236,3 +236,51 @@ func TestPlots(t *testing.T) {
 		}
 	}
 }
+
+// Overload's own targets: critical calls sent get a 2xx (a call its client
+// deferred was not sent), and the upstream stays busy from the peak on.
+func TestCriticalAndPeakBusyTargets(t *testing.T) {
+	a, loud := tl("a", "pro", Innocent), tl("loud", "pro", Noisy)
+	critical := func(mode string, ok, refused, deferred int, peakBusy float64) run {
+		r := synthRun(mode, []synthTenant{{tl: a, n: 10, ok: 10, lat: 10 * time.Millisecond}, {tl: loud, n: 1}})
+		for range ok {
+			r.samples = append(r.samples, sample{tenant: 1, crit: shed.Critical, outcome: OK, latency: time.Millisecond})
+		}
+		for range refused {
+			r.samples = append(r.samples, sample{tenant: 1, crit: shed.Critical, outcome: Rejected503, latency: time.Millisecond})
+		}
+		for range deferred {
+			r.samples = append(r.samples, sample{tenant: 1, crit: shed.Critical, outcome: Deferred})
+		}
+		r.peakBusy = peakBusy
+		return r
+	}
+	res := &Results{Targets: Targets{MinGoodputPct: 99, MaxP99Ratio: 1.5, MinCriticalPct: 99.9, MinPeakBusyPct: 90}}
+	res.add(synthRun("baseline", []synthTenant{{tl: a, n: 10, ok: 10, lat: 10 * time.Millisecond}}))
+	res.add(critical("fairgate", 1000, 0, 30, 0.95))
+	res.add(critical("refused", 998, 2, 0, 0.95))
+	res.add(critical("idle", 1000, 0, 0, 0.6))
+	if w := res.Worst[0]; !w.Met || w.CriticalPct != 100 || w.CriticalDeferred != 30 || w.PeakBusyPct != 95 {
+		t.Errorf("all critical calls sent answered, 95%% busy: %+v, want the targets met with 30 deferred", w)
+	}
+	if w := res.Worst[1]; w.Met || w.CriticalPct != 99.8 {
+		t.Errorf("2 of 1000 critical calls refused: %+v, want 99.8%% and the targets missed", w)
+	}
+	if w := res.Worst[2]; w.Met {
+		t.Errorf("60%% busy from the peak on: %+v, want the targets missed", w)
+	}
+}
+
+func TestPeakAt(t *testing.T) {
+	s := Scenario{Tenants: []TenantLoad{
+		{Role: Innocent, Ramp: &Ramp{Peak: 0.9}},
+		{Role: Noisy, Ramp: &Ramp{Start: 0.1, Peak: 0.4}},
+		{Role: Noisy},
+	}}
+	if got := s.peakAt(20 * time.Second); got != 8*time.Second {
+		t.Errorf("peakAt = %v, want 8s: the noisy tenant's peak", got)
+	}
+	if got := (&Scenario{}).peakAt(time.Second); got != 0 {
+		t.Errorf("peakAt without a ramp = %v, want 0", got)
+	}
+}

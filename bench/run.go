@@ -132,8 +132,9 @@ type run struct {
 	tenants []TenantLoad // samples' tenant indices point here
 	samples []sample
 	// busy is the share of the upstream's connection time spent on calls
-	// served in full during the arrivals.
-	busy float64
+	// served in full during the arrivals; peakBusy the same from the
+	// noisy tenants' peak to the end of the arrivals (0 without a ramp).
+	busy, peakBusy float64
 }
 
 // Run runs the scenario's quiet baseline, then each mode, and returns the
@@ -192,13 +193,17 @@ func (res *Results) add(r run) {
 		}
 	}
 	res.runs = append(res.runs, r)
-	res.Rows = append(res.Rows, rows(r, baseRow)...)
+	runRows := rows(r, baseRow)
+	res.Rows = append(res.Rows, runRows...)
 	figs := tenantFigures(r, res.base)
 	res.Tenants = append(res.Tenants, figs...)
 	if len(res.runs) > 1 {
 		res.Modes = append(res.Modes, r.mode)
 		w := worstInnocent(figs, r.dur.Seconds(), res.Targets)
-		w.UpstreamBusyPct = 100 * r.busy
+		w.UpstreamBusyPct, w.PeakBusyPct = 100*r.busy, 100*r.peakBusy
+		w.CriticalPct, w.CriticalDeferred = criticalGoodput(runRows)
+		w.Met = w.Met && (res.Targets.MinCriticalPct == 0 || w.CriticalPct >= res.Targets.MinCriticalPct) &&
+			(res.Targets.MinPeakBusyPct == 0 || w.PeakBusyPct >= res.Targets.MinPeakBusyPct)
 		res.Worst = append(res.Worst, w)
 	}
 }
@@ -249,14 +254,53 @@ func runOnce(ctx context.Context, sc *Scenario, m Mode, label string, dur time.D
 	l := newLoad(front.url, sc.Tenants, dur, o.Drain)
 	defer l.close()
 	stop := showProgress(o.Progress, sc.Name+"/"+label, dur, l)
+	peakAt := sc.peakAt(dur)
 	busy0 := api.Stats().Busy
-	var busy atomic.Int64
+	var busy, atPeak atomic.Int64
 	t := time.AfterFunc(dur, func() { busy.Store(int64(api.Stats().Busy - busy0)) })
+	tp := time.AfterFunc(peakAt, func() { atPeak.Store(int64(api.Stats().Busy - busy0)) })
 	samples := l.run(ctx, o.Seed)
 	t.Stop()
+	tp.Stop()
 	stop()
-	return run{mode: label, dur: dur, tenants: sc.Tenants, samples: samples,
-		busy: float64(busy.Load()) / (float64(api.Connections()) * float64(dur))}, nil
+	r := run{mode: label, dur: dur, tenants: sc.Tenants, samples: samples,
+		busy: float64(busy.Load()) / (float64(api.Connections()) * float64(dur))}
+	if peakAt > 0 && peakAt < dur {
+		r.peakBusy = float64(busy.Load()-atPeak.Load()) / (float64(api.Connections()) * float64(dur-peakAt))
+	}
+	return r, nil
+}
+
+// peakAt is when, in arrivals of dur, the last noisy tenant's ramp
+// reaches its peak; 0 when no noisy tenant ramps.
+func (s *Scenario) peakAt(dur time.Duration) time.Duration {
+	var at time.Duration
+	for _, tl := range s.Tenants {
+		if tl.Ramp != nil && tl.Role == Noisy {
+			at = max(at, time.Duration(tl.Ramp.Peak*float64(dur)))
+		}
+	}
+	return at
+}
+
+// criticalGoodput is the share of the critical calls sent, every
+// tenant's, that got a 2xx — the shedder's promise, which holds for the
+// noisy tenants too — and how many more their clients did not send,
+// honouring a Retry-After another of the user's calls got. pct is 0 when
+// rs has no critical calls.
+func criticalGoodput(rs []Row) (pct float64, deferred int) {
+	var ok, sent int
+	for _, r := range rs {
+		if r.Criticality == shed.Critical.String() {
+			ok += r.OK
+			sent += r.Sent
+			deferred += r.Deferred
+		}
+	}
+	if sent == 0 {
+		return 0, deferred
+	}
+	return 100 * float64(ok) / float64(sent), deferred
 }
 
 // warmUp waits until the front end answers (any status), so the first

@@ -204,6 +204,8 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 		// capacity.
 		s := base
 		s.Targets.MaxP99Ratio = 1.5 // a genuine overload: some queueing is fair
+		s.Targets.MinCriticalPct = 99.9
+		s.Targets.MinPeakBusyPct = 90
 		s.Description = "Every tenant within its quota, but together beyond capacity: enterprise tenants wayne, stark and wonka ramp to 95% of their quotas with mixed criticalities (55% critical reads, 25% searches, 20% sheddable exports), honouring Retry-After; total ~1.7× capacity. No tenant misbehaves: only a global limit and shedding by criticality can help."
 		mixed := []Call{weighted(usersMe, 55), weighted(search, 25), weighted(export, 20)}
 		s.Tenants = innocents()
