@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"time"
 
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
@@ -32,6 +33,7 @@ type Lease struct {
 	slot   bulkhead.Slot
 	seat   bulkhead.Seat
 	shed   *poolShed
+	work   time.Duration // the call's work as the shedder counted it
 	permit shed.Permit
 	class  int // the route's latency class, for the adaptive limit
 	// critical: the route is critical, which may take the adaptive
@@ -96,6 +98,7 @@ func (l *Lease) Answered() {
 	l.unreserve()
 	if l.shed != nil {
 		l.shed.completed.Add(1)
+		l.shed.work.Add(int64(l.work))
 	}
 }
 

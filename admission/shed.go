@@ -33,12 +33,17 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	defer sp.end(d, LayerShed)
 	d.lease.shed = ps
 	g.observe(ps, pool)
-	within, use, share := false, 0.0, 0.0
+	within, use, share, work := false, 0.0, 0.0, shed.UnitWork
 	if shares, name := g.sharesFor(pool); shares != nil && g.rules&shedByShare != 0 {
-		st := shares.Arrive(name, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight})
+		r := d.Route
+		st := shares.Arrive(name, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight, Cost: int(r.Cost), Class: r.class})
 		d.arrived = true
 		within, use, share = st.Within, st.Use, st.Share
+		if st.Hold > 0 {
+			work = st.Hold
+		}
 	}
+	d.lease.work = work
 	prio := d.Priority
 	floor := shed.Priority(g.shedFloor.Load())
 	if sp.on() {
@@ -49,10 +54,10 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 		}
 	}
 	if within {
-		ps.shedder.AdmitExempt(prio)
+		ps.shedder.AdmitExempt(prio, work)
 		return
 	}
-	ok, retry := ps.shedder.Admit(prio)
+	ok, retry := ps.shedder.Admit(prio, work)
 	if ok && prio < floor {
 		ok, retry = false, time.Duration(g.floorRetry.Load())
 	}
@@ -79,6 +84,7 @@ type poolShed struct {
 	shedder     *shed.Shedder
 	queueCap    int
 	completed   atomic.Uint64
+	work        atomic.Int64 // the completed calls' work, as given to the shedder (ns)
 	nextObserve atomic.Int64 // ns since the gate's epoch
 	every       int64        // ns between observations
 }
@@ -105,7 +111,7 @@ func (g *Gate) observe(ps *poolShed, pool string) {
 	if t < next && next-t <= ps.every || !ps.nextObserve.CompareAndSwap(next, t+ps.every) {
 		return
 	}
-	p := shed.Pressure{QueueCap: ps.queueCap, Completed: ps.completed.Load()}
+	p := shed.Pressure{QueueCap: ps.queueCap, Completed: ps.completed.Load(), CompletedWork: time.Duration(ps.work.Load())}
 	if g.pools != nil {
 		st, _ := g.pools.Stats(pool)
 		p.Queued, p.Inflight = st.Queued, st.InFlight

@@ -54,3 +54,28 @@ func TestLongRequestLeavesTheHeadroom(t *testing.T) {
 		t.Errorf("negative control: with long requests taking the headroom, the read found a seat at once: the test cannot fail")
 	}
 }
+
+// Arrive tells the shedder how long the request will hold its seat: its
+// class's mean hold once learnt, until then the quickest class's scaled by
+// cost, and nothing before any hold is known.
+func TestArriveReportsTheRequestsHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps := onePool(t, 2, PoolConfig{Share: 1, QueueLength: 8, MaxWait: time.Minute})
+		read, export := Request{Tenant: "a", Cost: 1, Class: 1}, Request{Tenant: "a", Cost: 10, Class: 2}
+		if h := ps.Arrive("p", read).Hold; h != 0 {
+			t.Errorf("hold before any is learnt = %v, want 0", h)
+		}
+		s := (<-acquireReq(t.Context(), ps, "p", Request{Tenant: "a", Cost: 1, Class: 1, Arrived: true})).seat
+		time.Sleep(5 * time.Millisecond)
+		s.Release()
+		if h := ps.Arrive("p", export).Hold; h != 50*time.Millisecond {
+			t.Errorf("an export's hold before its own is learnt = %v, want 50ms (the read's 5 ms × cost 10)", h)
+		}
+		s = (<-acquireReq(t.Context(), ps, "p", Request{Tenant: "a", Cost: 10, Class: 2, Arrived: true})).seat
+		time.Sleep(300 * time.Millisecond)
+		s.Release()
+		if h := ps.Arrive("p", export).Hold; h != 300*time.Millisecond {
+			t.Errorf("an export's learnt hold = %v, want 300ms", h)
+		}
+	})
+}

@@ -38,6 +38,10 @@ type ShareState struct {
 	// Within reports Use ≤ Share: the tenant is not the reason the pool
 	// is short of seats.
 	Within bool
+	// Hold is how long the request Arrive was told of is expected to hold
+	// its seat: its class's mean hold, as the pools have learnt it; zero
+	// before they have learnt any. Share leaves it zero.
+	Hold time.Duration
 }
 
 // Share reports tenant's use of the named pool against its fair share.
@@ -71,7 +75,8 @@ func stateOf(p *pool, u *poolUser, t int64) ShareState {
 // A layer that may refuse requests before they reach the pool (shedding)
 // calls it first, so that what it refuses still counts as asked for: a
 // tenant whose flood is shed does not look light for it. Acquire the
-// request, if at all, with Arrived set, or it is counted twice.
+// request, if at all, with Arrived set, or it is counted twice. Give r its
+// Class and Cost for the ShareState's Hold.
 func (ps *Pools) Arrive(pool string, r Request) ShareState {
 	p := ps.byName[pool]
 	if p == nil {
@@ -87,7 +92,9 @@ func (ps *Pools) Arrive(pool string, r Request) ShareState {
 	u.arrivals.Add(t, usageTau, 1)
 	u.memoOK = false
 	ps.shareLevelLocked(p, t)
-	return stateOf(p, u, t)
+	st := stateOf(p, u, t)
+	st.Hold = ps.holdOf(r.holdClass())
+	return st
 }
 
 // shareLevelLocked recomputes p's fair level at now if it is due. ps.mu

@@ -37,7 +37,7 @@ func BenchmarkShedderAdmit(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			s.Admit(prios[i%len(prios)])
+			s.Admit(prios[i%len(prios)], 0)
 			i++
 		}
 	})

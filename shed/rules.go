@@ -1,11 +1,12 @@
 package shed
 
 // rule is one rule by which the adaptive limit reads its calls' latencies,
-// beyond the gradient and the slow-call cut. Limiter applies every rule;
+// beyond the gradient and the slow-call cut, or by which the Shedder
+// plans (ruleWorkWeighted). Limiter and Shedder apply every rule;
 // each is a bit so that the negative control of its test can switch it off
 // through a test-only constructor, and the hot path tests it with one AND.
 // The comments below are the specification of the rules.
-type rule uint8
+type rule uint16
 
 const (
 	// ruleQueueSense: windows of calls are judged against each latency
@@ -43,8 +44,16 @@ const (
 	// does not climb.
 	rulePress
 
-	// allRules is the rule set as Limiter applies it.
-	allRules = rulePress<<1 - 1
+	// ruleWorkWeighted: the Shedder counts each call's demand, and the
+	// upstream's throughput, by the call's work (its expected hold of a
+	// seat), not one a call, and sheds the lowest priorities' work first:
+	// under a mix of 5 ms reads and 300 ms exports, shedding exports frees
+	// sixty reads' worth of seat time each. Off, every call counts as
+	// UnitWork.
+	ruleWorkWeighted
+
+	// allRules is the rule set as Limiter and Shedder apply it.
+	allRules = ruleWorkWeighted<<1 - 1
 )
 
 // on reports whether rules holds r.

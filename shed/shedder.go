@@ -36,6 +36,27 @@ type Pressure struct {
 	// counter that only grows. The Shedder measures the upstream's
 	// throughput from it.
 	Completed uint64
+	// CompletedWork is the work of those calls, each as it was given to
+	// Admit or AdmitExempt (a work of zero or less counted as UnitWork),
+	// added up: a counter that only grows. The Shedder weighs demand and
+	// throughput by it (ruleWorkWeighted). Zero: the caller counts no
+	// work, and each completed call counts as UnitWork.
+	CompletedWork time.Duration
+}
+
+// UnitWork is the work a call counts for in the Shedder's plan when its
+// caller knows none: a call of unknown length counts as one of 1 ms, and
+// calls all of unknown length count alike.
+const UnitWork = time.Millisecond
+
+// workOf is the work a call of work w counts for, in nanoseconds, by the
+// rules s applies: w, or UnitWork when w is unknown or the work is not
+// weighed.
+func (s *Shedder) workOf(w time.Duration) int64 {
+	if w <= 0 || !s.rules.on(ruleWorkWeighted) {
+		return int64(UnitWork)
+	}
+	return int64(w)
 }
 
 // utilisation returns Inflight/Limit in [0, 1].
@@ -53,11 +74,13 @@ func (p Pressure) utilisation() float64 {
 // is admitted.
 //
 // Once per calibration interval it measures, over the interval, the demand
-// (Admit calls per second) and the upstream's capacity (completions per
-// second, divided by the mean share of the limit in use), and admits the
-// fraction of demand that the capacity serves while the queue drains to a
-// quarter full within one interval. The threshold is then the level below
-// which that fraction of recent requests lies, lowest levels first. A full
+// (the work of the Admit calls per second: each call's expected hold of a
+// seat, ruleWorkWeighted) and the upstream's capacity (the completed
+// calls' work per second, divided by the mean share of the limit in use),
+// and admits the fraction of demand that the capacity serves while the
+// queue drains to a quarter full within one interval. The threshold is
+// then the level below which that fraction of the recent requests' work
+// lies, lowest levels first. A full
 // queue (the pools rejecting whatever its priority) recalibrates sooner,
 // after a tenth of the interval, and so does an idle limit with an empty
 // queue while shedding (the overload has gone). A Shedder that is told of
@@ -69,7 +92,9 @@ type Shedder struct {
 	disabled    bool
 	interval    time.Duration
 	maxRetry    time.Duration
-	attempts    [levels]atomic.Int64 // Admit and AdmitExempt calls per priority since the last calibration
+	rules       rule                 // ruleWorkWeighted (rules.go); allRules but in negative controls
+	attempts    [levels]atomic.Int64 // work (ns) of the Admit and AdmitExempt calls per priority since the last calibration
+	calls       atomic.Int64         // the number of those calls
 	state       atomic.Pointer[shedState]
 	atThreshold atomic.Uint64 // Admit calls at the threshold level, for the partial rejection
 
@@ -78,11 +103,12 @@ type Shedder struct {
 	admit    float64         // fraction of demand admitted, in [minAdmit, 1]; guarded by mu
 	winStart time.Time       // start of the measuring window; guarded by mu
 	winDone  uint64          // Completed at winStart; guarded by mu
-	capacity float64         // upstream throughput estimate, calls/s, 0 until measured; guarded by mu
+	winWork  time.Duration   // CompletedWork at winStart; guarded by mu
+	capacity float64         // upstream throughput estimate, work (ns) per second, 0 until measured; guarded by mu
 	busy     float64         // integral of utilisation over the window, in seconds; guarded by mu
 	last     Pressure        // latest observation; guarded by mu
 	lastSeen time.Time       // when last was observed; guarded by mu
-	recent   [levels]float64 // Admit and AdmitExempt calls per priority, halved at each calibration; guarded by mu
+	recent   [levels]float64 // work of the Admit and AdmitExempt calls per priority, halved at each calibration; guarded by mu
 }
 
 // shedState is the decision state Admit reads, replaced whole at each
@@ -105,22 +131,32 @@ func NewShedder(cfg SheddingConfig) (*Shedder, error) {
 		interval: cfg.CalibrationInterval,
 		maxRetry: cfg.MaxRetryAfter,
 		admit:    1,
+		rules:    allRules,
 	}
 	s.state.Store(&shedState{})
 	return s, nil
 }
 
-// Admit reports whether a request of priority p may proceed and, if not,
+// Admit reports whether a request of priority p and work w may proceed
+// and, if not,
 // when the client should retry: the calibration interval divided by the
 // fraction of demand still admitted (the deeper the overload, the longer),
 // at most MaxRetryAfter. Priorities outside [MinPriority, MaxPriority] count
 // as the nearest bound. Admit never blocks and takes no lock.
-func (s *Shedder) Admit(p Priority) (ok bool, retryAfter time.Duration) {
+//
+// A call's work is how long it is expected to hold its seat (its route's
+// mean hold; zero or less when unknown): the plan admits the share of the
+// demand's work that the upstream serves, and the threshold sheds the
+// lowest priorities' work first. Counted in calls instead, a mix whose
+// exports are a fifth of the calls and nine tenths of the work sheds its
+// critical reads as soon as more than the exports' fifth of the calls
+// must go, while shedding half the exports would have been enough.
+func (s *Shedder) Admit(p Priority, w time.Duration) (ok bool, retryAfter time.Duration) {
 	if s.disabled {
 		return true, 0
 	}
 	p = p.clamp()
-	s.attempts[p].Add(1)
+	s.count(p, w)
 	st := s.state.Load()
 	switch {
 	case p > st.threshold:
@@ -139,7 +175,7 @@ func (s *Shedder) Admit(p Priority) (ok bool, retryAfter time.Duration) {
 	return true, 0
 }
 
-// AdmitExempt counts a request of priority p that shedding must not reject
+// AdmitExempt counts a request of priority p and work w that shedding must not reject
 // (its tenant is within its fair share of the pool: it is not why the queue
 // builds) and admits it. Exempt requests are demand like any other, counted
 // at their own priority, so the threshold keeps the priorities' order: a
@@ -148,10 +184,16 @@ func (s *Shedder) Admit(p Priority) (ok bool, retryAfter time.Duration) {
 // What exempt requests below the threshold take beyond the plan shows in
 // the next calibration's queue, which raises the cut on the others. It
 // never blocks and takes no lock.
-func (s *Shedder) AdmitExempt(p Priority) {
+func (s *Shedder) AdmitExempt(p Priority, w time.Duration) {
 	if !s.disabled {
-		s.attempts[p.clamp()].Add(1)
+		s.count(p.clamp(), w)
 	}
+}
+
+// count counts a call of priority p and work w in the demand.
+func (s *Shedder) count(p Priority, w time.Duration) {
+	s.attempts[p].Add(s.workOf(w))
+	s.calls.Add(1)
 }
 
 // RetryAfter returns the Retry-After the Shedder gives shed requests now;
@@ -180,7 +222,7 @@ func (s *Shedder) Observe(now time.Time, p Pressure) {
 	defer s.mu.Unlock()
 	if !s.started {
 		s.started = true
-		s.winStart, s.winDone = now, p.Completed
+		s.winStart, s.winDone, s.winWork = now, p.Completed, s.completedWork(p)
 		s.last, s.lastSeen = p, now
 		return
 	}
@@ -208,10 +250,16 @@ func (s *Shedder) calibrateLocked(now time.Time) {
 		s.recent[i] = s.recent[i]/2 + float64(c)
 		total += c
 	}
+	calls := s.calls.Swap(0)
 	util := s.busy / span
+	// The queue's excess, in work: its calls at the window's mean work.
 	excess := float64(s.last.Queued) - queueTarget*float64(s.last.QueueCap)
+	if calls > 0 {
+		excess *= float64(total) / float64(calls)
+	}
+	done := s.completedWork(s.last)
 	switch {
-	case total == 0 || util <= 0 || s.last.Completed < s.winDone:
+	case total == 0 || util <= 0 || s.last.Completed < s.winDone || done < s.winWork:
 		s.admit = 1 // no demand, nothing in flight, or the counter was reset
 	case s.admit >= 1 && excess <= 0 && s.last.Completed == s.winDone:
 		// Calls in flight, none finished in this window (calls longer
@@ -221,7 +269,7 @@ func (s *Shedder) calibrateLocked(now time.Time) {
 		s.admit = 1
 	default:
 		demand := float64(total) / span
-		measured := float64(s.last.Completed-s.winDone) / span / util
+		measured := float64(done-s.winWork) / span / util
 		if w := min(1, span/s.interval.Seconds()); s.capacity > 0 {
 			// A short window (an early calibration) is weighed by its
 			// length against the previous estimate.
@@ -231,7 +279,7 @@ func (s *Shedder) calibrateLocked(now time.Time) {
 		capacity := measured
 		s.admit = min(1, max(minAdmit, (capacity-excess/s.interval.Seconds())/demand))
 	}
-	s.winStart, s.winDone, s.busy = now, s.last.Completed, 0
+	s.winStart, s.winDone, s.winWork, s.busy = now, s.last.Completed, done, 0
 
 	st := &shedState{}
 	if s.admit < 1 {
@@ -241,8 +289,17 @@ func (s *Shedder) calibrateLocked(now time.Time) {
 	s.state.Store(st)
 }
 
+// completedWork is p's CompletedWork, or its calls at UnitWork when s does
+// not weigh work or the caller counts none.
+func (s *Shedder) completedWork(p Pressure) time.Duration {
+	if !s.rules.on(ruleWorkWeighted) || p.CompletedWork == 0 {
+		return time.Duration(p.Completed) * UnitWork
+	}
+	return p.CompletedWork
+}
+
 // thresholdFor returns the threshold that rejects the fraction r of the
-// requests counted per level in counts, lowest levels first.
+// work counted per level in counts, lowest levels first.
 func thresholdFor(counts []float64, r float64) *shedState {
 	var total float64
 	for _, c := range counts {

@@ -25,6 +25,9 @@ type simClass struct {
 	rank   int
 	crit   Criticality
 	weight float64
+	// service is how long a call of the class takes, told to the
+	// Shedder as its work; zero: simService, told as unknown.
+	service time.Duration
 }
 
 // simMix: three tiers alike; 1/6 critical, 1/3 default, 1/2 sheddable.
@@ -32,9 +35,9 @@ var simMix = func() []simClass {
 	var mix []simClass
 	for rank := range 3 {
 		mix = append(mix,
-			simClass{rank, Critical, 1.0 / 18},
-			simClass{rank, Default, 1.0 / 9},
-			simClass{rank, Sheddable, 1.0 / 6})
+			simClass{rank, Critical, 1.0 / 18, 0},
+			simClass{rank, Default, 1.0 / 9, 0},
+			simClass{rank, Sheddable, 1.0 / 6, 0})
 	}
 	return mix
 }()
@@ -69,30 +72,41 @@ type simResult struct {
 }
 
 type simRequest struct {
-	crit  Criticality
-	phase int
-	done  time.Time
+	crit    Criticality
+	phase   int
+	done    time.Time
+	service time.Duration
+	work    time.Duration // as the Shedder counts it
 }
 
+// simulate runs phases of simMix, each call taking simService.
 func simulate(t *testing.T, seed uint64, cfg SheddingConfig, phases []simPhase) simResult {
+	return simulateMix(t, seed, cfg, phases, simMix, simCapacity, allRules)
+}
+
+// simulateMix runs phases of mix, whose calls the pool completes at
+// capacity calls/s, against a Shedder applying rules.
+func simulateMix(t *testing.T, seed uint64, cfg SheddingConfig, phases []simPhase, mix []simClass, capacity float64, rules rule) simResult {
 	t.Helper()
 	s, err := NewShedder(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.rules = rules
 	rng := rand.New(rand.NewPCG(seed, 2))
 	res := simResult{phases: make([]simStats, len(phases))}
 	var (
 		now     = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-		done    uint64       // completions so far
-		busy    []simRequest // in service
-		queue   []simRequest // waiting, FIFO
+		done    uint64        // completions so far
+		work    time.Duration // their work, as the Shedder counts it
+		busy    []simRequest  // in service
+		queue   []simRequest  // waiting, FIFO
 		epochT  = Priority(-1)
 		maxShed = Priority(-1)
 		minAdm  = MaxPriority + 1
 	)
 	for pi, ph := range phases {
-		mean := ph.load * simCapacity * simTick.Seconds()
+		mean := ph.load * capacity * simTick.Seconds()
 		for end := now.Add(ph.d); now.Before(end); now = now.Add(simTick) {
 			// Completions, then the queue into the freed slots.
 			kept := busy[:0]
@@ -103,22 +117,23 @@ func simulate(t *testing.T, seed uint64, cfg SheddingConfig, phases []simPhase) 
 				}
 				res.phases[r.phase].completed[r.crit]++
 				done++
+				work += r.work
 				res.phases[pi].goodput++
 			}
 			busy = kept
 			for len(busy) < simSlots && len(queue) > 0 {
 				r := queue[0]
 				queue = queue[1:]
-				r.done = now.Add(simService)
+				r.done = now.Add(r.service)
 				busy = append(busy, r)
 			}
 			// Arrivals.
 			for range poisson(rng, mean) {
-				c := pick(rng)
+				c := pick(rng, mix)
 				p := PriorityFor(c.rank, c.crit)
 				st := &res.phases[pi]
 				st.arrived[c.crit]++
-				ok, retry := s.Admit(p)
+				ok, retry := s.Admit(p, c.service)
 				if th := s.Threshold(); th != epochT {
 					epochT, maxShed, minAdm = th, -1, MaxPriority+1
 				}
@@ -139,10 +154,13 @@ func simulate(t *testing.T, seed uint64, cfg SheddingConfig, phases []simPhase) 
 				if !ok {
 					continue
 				}
-				r := simRequest{crit: c.crit, phase: pi}
+				r := simRequest{crit: c.crit, phase: pi, service: c.service, work: c.service}
+				if c.service <= 0 {
+					r.service, r.work = simService, UnitWork
+				}
 				switch {
 				case len(busy) < simSlots:
-					r.done = now.Add(simService)
+					r.done = now.Add(r.service)
 					busy = append(busy, r)
 				case len(queue) < simQueue:
 					queue = append(queue, r)
@@ -150,7 +168,7 @@ func simulate(t *testing.T, seed uint64, cfg SheddingConfig, phases []simPhase) 
 					st.poolRejected[c.crit]++
 				}
 			}
-			s.Observe(now, Pressure{Queued: len(queue), QueueCap: simQueue, Inflight: len(busy), Limit: simSlots, Completed: done})
+			s.Observe(now, Pressure{Queued: len(queue), QueueCap: simQueue, Inflight: len(busy), Limit: simSlots, Completed: done, CompletedWork: work})
 		}
 	}
 	return res
@@ -166,16 +184,16 @@ func poisson(rng *rand.Rand, mean float64) int {
 	return k
 }
 
-// pick draws a class from simMix by weight.
-func pick(rng *rand.Rand) simClass {
+// pick draws a class from mix by weight.
+func pick(rng *rand.Rand, mix []simClass) simClass {
 	x := rng.Float64()
-	for _, c := range simMix {
+	for _, c := range mix {
 		if x < c.weight {
 			return c
 		}
 		x -= c.weight
 	}
-	return simMix[len(simMix)-1]
+	return mix[len(mix)-1]
 }
 
 // The scenario: 5s at half capacity, 30s at three times capacity, 10s at
@@ -272,6 +290,48 @@ func TestShedderOffFailsCritical(t *testing.T) {
 	}
 }
 
+// exportMix is the bench's overload mix in one tier: 55% critical reads of
+// 5 ms, 25% searches of 20 ms, 20% sheddable exports of 300 ms — a fifth
+// of the calls and nearly nine tenths of the work.
+var exportMix = []simClass{
+	{0, Critical, 0.55, 5 * time.Millisecond},
+	{0, Default, 0.25, 20 * time.Millisecond},
+	{0, Sheddable, 0.20, 300 * time.Millisecond},
+}
+
+// exportMixCapacity is the calls/s simSlots complete of exportMix.
+var exportMixCapacity = float64(simSlots) / (0.55*0.005 + 0.25*0.020 + 0.20*0.300)
+
+// Twice the capacity's work of exportMix: shedding a little over half the
+// exports is enough, and the shedder sheds no critical read or search.
+// Counted in calls (the negative control), the plan sheds a share of the
+// calls deeper than the exports' fifth and reaches the searches and the
+// reads. (The FIFO pool's own queue-full rejections, which fall on any
+// call, are the pool's: 300 ms calls at full use swing its queue by
+// dozens within a calibration interval.)
+func TestShedderWeighsWork(t *testing.T) {
+	phases := []simPhase{{5 * time.Second, 0.5}, {30 * time.Second, 2}}
+	for _, seed := range simSeeds {
+		res := simulateMix(t, seed, SheddingConfig{}, phases, exportMix, exportMixCapacity, allRules)
+		ov := res.phases[1]
+		t.Logf("seed %d: arrived %v shed %v pool-rejected %v (default/critical/sheddable)", seed, ov.arrived, ov.shed, ov.poolRejected)
+		if ov.shed[Critical] != 0 || ov.shed[Default] != 0 {
+			t.Errorf("seed %d: shed %d critical and %d default calls while exports were admitted", seed, ov.shed[Critical], ov.shed[Default])
+		}
+		if got := float64(ov.completed[Sheddable]) / float64(ov.arrived[Sheddable]); got < 0.3 {
+			t.Errorf("seed %d: %.2f of the exports completed, want >= 0.3: twice the work leaves room for nearly half of them", seed, got)
+		}
+		if res.orderViolations != 0 {
+			t.Errorf("seed %d: %d calls shed above a priority admitted under the same threshold", seed, res.orderViolations)
+		}
+	}
+	counted := simulateMix(t, 1, SheddingConfig{}, phases, exportMix, exportMixCapacity, allRules&^ruleWorkWeighted).phases[1]
+	t.Logf("counted in calls: shed %v pool-rejected %v", counted.shed, counted.poolRejected)
+	if counted.shed[Critical] == 0 && counted.shed[Default] == 0 {
+		t.Error("negative control: counted in calls, no read or search was shed; the test does not tell the plans apart")
+	}
+}
+
 func TestShedderThresholdOrderAndPartial(t *testing.T) {
 	s, err := NewShedder(SheddingConfig{})
 	if err != nil {
@@ -282,13 +342,13 @@ func TestShedderThresholdOrderAndPartial(t *testing.T) {
 	s.state.Store(&shedState{threshold: mid, reject: fracOne / 4, retryAfter: 3 * time.Second})
 	var midRejected int
 	for range 1000 {
-		if ok, retry := s.Admit(lo); ok || retry != 3*time.Second {
+		if ok, retry := s.Admit(lo, 0); ok || retry != 3*time.Second {
 			t.Fatalf("Admit(below threshold) = %v, %v; want false, 3s", ok, retry)
 		}
-		if ok, _ := s.Admit(hi); !ok {
+		if ok, _ := s.Admit(hi, 0); !ok {
 			t.Fatal("Admit(above threshold) = false")
 		}
-		if ok, _ := s.Admit(mid); !ok {
+		if ok, _ := s.Admit(mid, 0); !ok {
 			midRejected++
 		}
 	}
@@ -299,10 +359,10 @@ func TestShedderThresholdOrderAndPartial(t *testing.T) {
 		t.Errorf("Threshold() = %d, want %d", got, mid)
 	}
 	// Out-of-range priorities clamp.
-	if ok, _ := s.Admit(-7); ok {
+	if ok, _ := s.Admit(-7, 0); ok {
 		t.Error("Admit(-7) admitted below the threshold")
 	}
-	if ok, _ := s.Admit(10000); !ok {
+	if ok, _ := s.Admit(10000, 0); !ok {
 		t.Error("Admit(10000) rejected above the threshold")
 	}
 }
@@ -366,7 +426,7 @@ func TestNoSheddingWithoutOverload(t *testing.T) {
 		}
 		ends = ends[:k]
 		s.Observe(now, Pressure{Inflight: len(ends), Limit: 20, Completed: completed})
-		if ok, _ := s.Admit(PriorityFor(0, Default)); !ok {
+		if ok, _ := s.Admit(PriorityFor(0, Default), 0); !ok {
 			t.Fatalf("shed at t=%v with %d of 20 in flight and no queue", now.Sub(t0), len(ends))
 		}
 		ends = append(ends, now.Add(3*time.Second))
@@ -390,7 +450,7 @@ func TestNoSheddingAfterIdle(t *testing.T) {
 		}
 		s.Observe(now, Pressure{Queued: 64, QueueCap: 64, Inflight: 16, Limit: 16, Completed: completed})
 		for j := range 10 {
-			s.Admit(PriorityFor(0, []Criticality{Sheddable, Default}[j%2]))
+			s.Admit(PriorityFor(0, []Criticality{Sheddable, Default}[j%2]), 0)
 		}
 	}
 	if s.Threshold() == 0 {
@@ -401,7 +461,7 @@ func TestNoSheddingAfterIdle(t *testing.T) {
 	for range 5 {
 		now = now.Add(10 * time.Millisecond)
 		s.Observe(now, Pressure{QueueCap: 64, Limit: 16, Completed: completed})
-		if ok, _ := s.Admit(PriorityFor(0, Default)); !ok {
+		if ok, _ := s.Admit(PriorityFor(0, Default), 0); !ok {
 			t.Fatalf("shed after 60 s idle (threshold %d)", s.Threshold())
 		}
 	}
@@ -422,10 +482,10 @@ func overloadWith(t *testing.T, loud, exemptCalls int, exemptAt Priority, capaci
 	for range 5 {
 		for range 10 {
 			for range loud / 10 {
-				s.Admit(200)
+				s.Admit(200, 0)
 			}
 			for range exemptCalls / 10 {
-				s.AdmitExempt(exemptAt)
+				s.AdmitExempt(exemptAt, 0)
 			}
 			done += uint64(capacity / 10)
 			now = now.Add(100 * time.Millisecond)
@@ -444,7 +504,7 @@ func TestAdmitExemptCountsButIsNeverShed(t *testing.T) {
 	}
 	rejected := 0
 	for range 1000 {
-		if ok, _ := s.Admit(200); !ok {
+		if ok, _ := s.Admit(200, 0); !ok {
 			rejected++
 		}
 	}
@@ -456,7 +516,7 @@ func TestAdmitExemptCountsButIsNeverShed(t *testing.T) {
 	// Exempt demand below the loud level still keeps the order: a
 	// priority above the threshold is admitted.
 	s = overloadWith(t, 100, 50, 100, 60)
-	if ok, _ := s.Admit(300); !ok {
+	if ok, _ := s.Admit(300, 0); !ok {
 		t.Errorf("priority 300 shed at threshold %d though all demand is at 100 and 200", s.Threshold())
 	}
 }
