@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/fairgate/fairgate/shed"
 )
 
 // Targets are what every innocent tenant of a scenario must get in a
@@ -226,4 +228,36 @@ func median(xs []float64) float64 {
 		return xs[n/2]
 	}
 	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+// peakAt is when, in arrivals of dur, the last noisy tenant's ramp
+// reaches its peak; 0 when no noisy tenant ramps.
+func (s *Scenario) peakAt(dur time.Duration) time.Duration {
+	var at time.Duration
+	for _, tl := range s.Tenants {
+		if tl.Ramp != nil && tl.Role == Noisy {
+			at = max(at, time.Duration(tl.Ramp.Peak*float64(dur)))
+		}
+	}
+	return at
+}
+
+// criticalGoodput is the share of the critical calls sent, every
+// tenant's, that got a 2xx — the shedder's promise, which holds for the
+// noisy tenants too — and how many more their clients did not send,
+// honouring a Retry-After another of the user's calls got. pct is 0 when
+// rs has no critical calls.
+func criticalGoodput(rs []Row) (pct float64, deferred int) {
+	var ok, sent int
+	for _, r := range rs {
+		if r.Criticality == shed.Critical.String() {
+			ok += r.OK
+			sent += r.Sent
+			deferred += r.Deferred
+		}
+	}
+	if sent == 0 {
+		return 0, deferred
+	}
+	return 100 * float64(ok) / float64(sent), deferred
 }

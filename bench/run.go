@@ -271,38 +271,6 @@ func runOnce(ctx context.Context, sc *Scenario, m Mode, label string, dur time.D
 	return r, nil
 }
 
-// peakAt is when, in arrivals of dur, the last noisy tenant's ramp
-// reaches its peak; 0 when no noisy tenant ramps.
-func (s *Scenario) peakAt(dur time.Duration) time.Duration {
-	var at time.Duration
-	for _, tl := range s.Tenants {
-		if tl.Ramp != nil && tl.Role == Noisy {
-			at = max(at, time.Duration(tl.Ramp.Peak*float64(dur)))
-		}
-	}
-	return at
-}
-
-// criticalGoodput is the share of the critical calls sent, every
-// tenant's, that got a 2xx — the shedder's promise, which holds for the
-// noisy tenants too — and how many more their clients did not send,
-// honouring a Retry-After another of the user's calls got. pct is 0 when
-// rs has no critical calls.
-func criticalGoodput(rs []Row) (pct float64, deferred int) {
-	var ok, sent int
-	for _, r := range rs {
-		if r.Criticality == shed.Critical.String() {
-			ok += r.OK
-			sent += r.Sent
-			deferred += r.Deferred
-		}
-	}
-	if sent == 0 {
-		return 0, deferred
-	}
-	return 100 * float64(ok) / float64(sent), deferred
-}
-
 // warmUp waits until the front end answers (any status), so the first
 // arrivals do not measure a listener starting.
 func warmUp(ctx context.Context, base string) error {
