@@ -52,8 +52,11 @@ type Config struct {
 	// default, 10 per CPU. Batches use at most Batch.MaxInFlight of them
 	// per node, unbatched decisions at most all.
 	PoolSize int `yaml:"pool_size"`
-	// Timeout bounds each Redis round trip, from the instant its pipeline
-	// is sent: a round trip that misses it fails, counts towards the
+	// Timeout is what a Redis round trip may take, from the instant its
+	// pipeline is sent. A reply later than it still decides and is
+	// counted slow: the pipelines in flight halve, but the breaker does
+	// not count it (a reply that came is Redis answering). A round trip
+	// with no reply within three Timeouts fails, counts towards the
 	// breaker and its decisions go to the failure policy. Time spent in
 	// this instance's own queue is not part of it (see QueueTimeout).
 	// Zero means DefaultTimeout (5ms). Loopback round trips take about

@@ -11,6 +11,19 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
+// startFaultProxy starts a real Redis and a fault-injecting proxy in front
+// of it, both stopped when t ends.
+func startFaultProxy(t *testing.T) *faultproxy.Proxy {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	px, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return px
+}
+
 // TestFaultProxy puts a fault-injecting proxy between the store and a real
 // Redis and goes through the faults a network gives: added latency, dropped
 // connections, resets mid-reply, a black hole. In each, no decision waits
@@ -18,12 +31,7 @@ import (
 // breaker opens; back on pass-through, decisions come from Redis again
 // without any action. Goroutines are flat at the end.
 func TestFaultProxy(t *testing.T) {
-	srv := redistest.StartServer(t)
-	px, err := faultproxy.New(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
+	px := startFaultProxy(t)
 	base := runtime.NumGoroutine()
 	const timeout = 20 * time.Millisecond
 	s := newTestStore(t, []string{px.Addr()}, func(c *Config) {
@@ -73,6 +81,32 @@ func TestFaultProxy(t *testing.T) {
 	s.Close()
 	px.Close()
 	checkGoroutines(t, base)
+}
+
+// TestLateReplyDecides: Redis replying later than Timeout but within the
+// round trip's deadline (three Timeouts) still decides every take, and the
+// breaker stays closed however many such replies come in a row: a reply
+// that came is Redis answering. The replies are counted slow. (While a
+// late reply counted as a breaker failure, the fifth opened it.)
+func TestLateReplyDecides(t *testing.T) {
+	px := startFaultProxy(t)
+	const timeout = 40 * time.Millisecond
+	s := newTestStore(t, []string{px.Addr()}, func(c *Config) { c.Timeout = timeout }, Options{})
+	k := ratelimit.BucketKey{Tenant: "late"}
+	untilFromRedis(t, s, k)
+	px.Set(faultproxy.Fault{Mode: faultproxy.Latency, Latency: 3 * timeout / 2})
+	before := s.Stats()
+	for i := range 12 {
+		if _, out, err := s.Decide(context.Background(), k, bigLimit, 1); err != nil || out.Source != FromRedis {
+			t.Fatalf("take %d: %+v %v, want a decision from Redis", i, out, err)
+		}
+	}
+	if st := s.BreakerState(); st != BreakerClosed {
+		t.Errorf("breaker %v after late replies, want closed", st)
+	}
+	if st := s.Stats(); st.RoundTripsSlow-before.RoundTripsSlow < 12 {
+		t.Errorf("%d slow round trips counted, want 12", st.RoundTripsSlow-before.RoundTripsSlow)
+	}
 }
 
 // untilFromRedis polls until a decision comes from Redis (the breaker

@@ -14,8 +14,9 @@ type Stats struct {
 	Overloaded uint64
 	// RoundTripsOK, RoundTripsSlow and RoundTripsFailed count round trips
 	// to Redis (pipelines, or single calls unbatched): answered within
-	// Timeout, answered later (still used, but slow for the breaker), and
-	// failed (timeout, connection, Redis's own health errors).
+	// Timeout, answered later (still used, and no failure for the
+	// breaker), and failed (no reply within three Timeouts, connection,
+	// Redis's own health errors).
 	RoundTripsOK, RoundTripsSlow, RoundTripsFailed uint64
 }
 

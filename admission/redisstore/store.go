@@ -136,8 +136,8 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 // A round trip is bounded by lateFactor × Timeout from the instant it is
 // sent, whatever its calls waited before, and not by ctx (one caller's
 // short deadline must not fail the pipeline it shares; ctx still ends its
-// wait in the queue). A reply later than Timeout is used, but counts as a
-// slow reply for the breaker.
+// wait in the queue). A reply later than Timeout is used, and is no
+// failure for the breaker (see judge).
 func (s *Store) run(ctx context.Context, ln *lane, script *redis.Script, keys []string, args ...any) (any, error) {
 	done, err := ln.breaker.Allow()
 	if err != nil {
@@ -165,7 +165,7 @@ func (s *Store) run(ctx context.Context, ln *lane, script *redis.Script, keys []
 
 // lateFactor × Timeout is when a round trip is given up. Between Timeout
 // and that, the reply still decides (a late answer from Redis beats a
-// guess) but counts for the breaker as a slow reply. The slack absorbs what
+// guess) and is counted slow, not failed. The slack absorbs what
 // is not Redis's slowness: on a busy host the kernel and Go schedulers
 // delay reading a reply that arrived in time by up to about 10 ms.
 const lateFactor = 3
@@ -212,36 +212,31 @@ func (s *Store) runAlone(ctx context.Context, ln *lane, c *call) {
 	s.judge(ln, []*call{c}, start, rtt, failed)
 }
 
-// errSlowReply is the breaker's verdict on a reply that came later than
-// Timeout.
-var errSlowReply = errors.New("redisstore: Redis replied later than timeout")
-
 // judge counts a round trip sent at start that took rtt and failed as a
-// whole or not, and gives the breaker its verdict through calls: a failed
-// or slow (later than Timeout) round trip is one failure, carried by one
-// call, the others' verdicts excluding them (sharedFailure). It counts
-// only when sent after the last counted failure was seen (round trips
-// that fail together fail for one cause), and a failure noticed more than
-// a Timeout after its deadline not at all: the deadline fired late, so
-// this process was stalled (CPU starved, a long GC), which says nothing
-// about Redis.
+// whole or not, and gives the breaker its verdict through calls. Only a
+// failed round trip (no reply within lateFactor × Timeout, or a broken
+// connection) is a failure, carried by one call, the others' verdicts
+// excluding them (sharedFailure). A reply that came, however late, is
+// Redis answering: it decides, and counts as slow (the batcher then halves
+// the pipelines in flight) but never towards the breaker, because on a
+// busy host this process's own scheduling delays reading replies that
+// came in time by several Timeouts, and an open breaker would hand every
+// decision to the failure policy with Redis healthy. A failure counts only
+// when sent after the last counted failure was seen (round trips that
+// fail together fail for one cause), and not at all when noticed more than
+// a Timeout after its deadline: the deadline fired late, so this process
+// was stalled (CPU starved, a long GC), which says nothing about Redis.
 func (s *Store) judge(ln *lane, calls []*call, start time.Time, rtt time.Duration, failed bool) {
-	slow := rtt > s.cfg.Timeout
-	s.stats.roundTrip(failed, slow)
-	if !failed && !slow {
+	s.stats.roundTrip(failed, rtt > s.cfg.Timeout)
+	if !failed {
 		return
 	}
-	stalled := failed && rtt > (lateFactor+1)*s.cfg.Timeout
+	stalled := rtt > (lateFactor+1)*s.cfg.Timeout
 	counted := !stalled && ln.countFailure(int64(start.Sub(s.epoch)), int64(time.Since(s.epoch)))
 	for _, c := range calls {
 		var sf *sharedFailure
-		switch {
-		case failed && errors.As(c.verdict, &sf) && counted:
+		if errors.As(c.verdict, &sf) && counted {
 			c.verdict, counted = c.err, false
-		case !failed && c.err == nil && counted:
-			c.verdict, counted = errSlowReply, false
-		case !failed && c.err == nil:
-			c.verdict = &sharedFailure{err: errSlowReply}
 		}
 	}
 }
@@ -307,7 +302,7 @@ func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) ([]*
 	return cmds, failed
 }
 
-// sharedFailure is the failure (or slow reply) of a round trip that the
+// sharedFailure is the failure of a round trip that the
 // breaker does not count: it failed with others, for a cause counted once
 // already, or while this process was stalled (see judge).
 type sharedFailure struct{ err error }
