@@ -27,11 +27,14 @@ import (
 // refill at the full rate (an instance that carries all the traffic gets
 // all of it). So within one interval the fleet admits at most
 // g + n × rate × interval where one bucket admits g + rate × interval,
-// and the excess goes to Redis as debt (capped at one burst) that the
-// refill repays before the next admission: in all, at most n × (rate ×
-// interval + cost) beyond the exact answer (the cost term: an instance
-// may take one cost whole when g holds it, or no instance could ever take
-// a cost above g/n).
+// and the excess goes to Redis as debt that the refill repays before the
+// next admission: in all, at most n × (rate × interval + cost) beyond the
+// exact answer (the cost term: an instance may take one cost whole when g
+// holds it, or no instance could ever take a cost above g/n). That holds
+// for any rate, burst, n and interval because the debt may grow as far as
+// the fleet can take beyond the refill (debtCap); capped lower, at one
+// burst, the excess beyond the cap was forgiven every interval whenever
+// (n − 1) × rate × interval exceeded the burst.
 // With an even load the debt settles each instance at rate/n; with an
 // uneven one the idle instances' shares of g flow to the busy one over a
 // few intervals.
@@ -212,9 +215,15 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 	sh.mu.Lock()
 	for i, t := range takes {
 		v := sh.m[t.Key]
-		if v == nil || v.l != t.Limit {
+		switch {
+		case v == nil:
 			v = &syncView{l: t.Limit, lastUse: y.clock()}
 			sh.m[t.Key] = v
+		case v.l != t.Limit:
+			// A reload changed the limit: the same bucket, so what
+			// was taken under the old one is still pushed, and g,
+			// reckoned under it, is stale.
+			v.l, v.syncedAt = t.Limit, 0
 		}
 		pushes[i].amount, pushes[i].seq = v.pushLocked()
 	}
@@ -224,7 +233,7 @@ func (y *syncer) refresh(ctx context.Context, takes []ratelimit.Take) error {
 	for i, t := range takes {
 		key := bucketKey(t.Key)
 		var rep any
-		if rep, err = y.s.run(ctx, y.s.laneFor(ctx, key), syncScript, []string{key}, t.Limit.Rate, t.Limit.Burst, pushes[i].amount); err != nil {
+		if rep, err = y.s.run(ctx, y.s.laneFor(ctx, key), syncScript, []string{key}, t.Limit.Rate, t.Limit.Burst, pushes[i].amount, y.debtCap(t.Limit)); err != nil {
 			break
 		}
 		if err = decodeSync(rep, gs[i:i+1]); err != nil {
@@ -297,11 +306,11 @@ func (y *syncer) reconcileAll() {
 	}
 	for _, g := range groups {
 		keys := make([]string, len(g.items))
-		args := make([]any, 0, 3*len(g.items))
+		args := make([]any, 0, 4*len(g.items))
 		for j, i := range g.items {
 			it := &items[i]
 			keys[j] = bucketKey(it.k)
-			args = append(args, it.v.l.Rate, it.v.l.Burst, it.amount)
+			args = append(args, it.v.l.Rate, it.v.l.Burst, it.amount, y.debtCap(it.v.l))
 		}
 		g.c = getCall(syncScript, keys, args...)
 	}
@@ -330,6 +339,14 @@ func (y *syncer) reconcileAll() {
 		}
 		putCall(g.c)
 	}
+}
+
+// debtCap is the most debt l's bucket may carry in Redis: what n
+// instances can take in one interval beyond the refill, n × (rate ×
+// interval + cost), with the cost at its largest, the burst (a take of
+// more is refused). It is at least one burst.
+func (y *syncer) debtCap(l ratelimit.Limit) float64 {
+	return y.n * (l.Rate*float64(y.interval)/1e9 + l.Burst)
 }
 
 // syncForget is how long a view may go unused before it is forgotten.

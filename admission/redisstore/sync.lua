@@ -3,13 +3,16 @@
 -- locally from it since its last sync. A bucket may go below zero: that
 -- debt is tokens the fleet admitted beyond the quota, and the refill
 -- repays it before anyone is admitted again, so the fleet converges to
--- the quota. The debt is capped at one burst.
+-- the quota. The debt is capped at the most the fleet can owe (the
+-- caller's debt argument, see syncer): a lower cap would forgive tokens
+-- admitted beyond the quota every interval.
 --
 -- KEYS[i]  a bucket (several in one call on a single node; one on a
 --          cluster, where keys of one call must share a slot)
--- ARGV[3i-2], ARGV[3i-1], ARGV[3i]
---          bucket i's rate (tokens per second, > 0), burst (tokens, > 0)
---          and used: tokens this instance took since its last sync (>= 0)
+-- ARGV[4i-3], ARGV[4i-2], ARGV[4i-1], ARGV[4i]
+--          bucket i's rate (tokens per second, > 0), burst (tokens, > 0),
+--          used: tokens this instance took since its last sync (>= 0),
+--          and debt: the most the bucket may go below zero (>= burst)
 --
 -- Reply: {tokens of bucket 1 after the debit, ..., tokens of bucket n
 -- (struct.pack '<d', exact; negative is debt), now (µs)}. A bucket with nothing used is
@@ -18,12 +21,13 @@
 local now = clock()
 local reply = {}
 for i = 1, #KEYS do
-  local rate = tonumber(ARGV[3 * i - 2])
-  local burst = tonumber(ARGV[3 * i - 1])
-  local used = tonumber(ARGV[3 * i])
+  local rate = tonumber(ARGV[4 * i - 3])
+  local burst = tonumber(ARGV[4 * i - 2])
+  local used = tonumber(ARGV[4 * i - 1])
+  local debt = tonumber(ARGV[4 * i])
   local tokens, last, expires = load(KEYS[i], rate, burst, now)
   if used > 0 then
-    tokens = math.max(tokens - used, -burst)
+    tokens = math.max(tokens - used, -debt)
     store(KEYS[i], tokens, last, now, rate, burst, expires)
   end
   reply[i] = struct.pack('<d', tokens)

@@ -2,6 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +17,89 @@ import (
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
+// syncFlood is one fleet in sync mode flooding one bucket: len(callers)
+// instances of one Redis, callers[i] goroutines on instance i, each taking
+// cost from l's bucket k as fast as a 50 µs pause lets it, for d.
+type syncFlood struct {
+	n        int
+	interval time.Duration
+	l        ratelimit.Limit
+	cost     float64
+	callers  []int
+	d        time.Duration
+}
+
+// syncFloodResult is what a syncFlood's fleet admitted and was asked, in
+// tokens, over elapsed, by instance, and its decisions by source.
+type syncFloodResult struct {
+	admitted, asked []float64
+	elapsed         time.Duration
+	sources         [4]int64
+}
+
+// total returns the sum of xs.
+func total(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// exact is what one exact bucket admits over r's run: the burst and the
+// refill.
+func (f syncFlood) exact(r syncFloodResult) float64 { return f.l.Burst + f.l.Rate*r.elapsed.Seconds() }
+
+// bound is the most sync mode may admit over r's run: the exact answer and
+// n × (rate × interval + cost) (see syncer).
+func (f syncFlood) bound(r syncFloodResult) float64 {
+	return f.exact(r) + float64(f.n)*(f.l.Rate*f.interval.Seconds()+f.cost)
+}
+
+func (f syncFlood) run(t *testing.T, srv *redistest.Server, k ratelimit.BucketKey) syncFloodResult {
+	t.Helper()
+	stores := make([]*Store, f.n)
+	for i := range stores {
+		stores[i] = newTestStore(t, []string{srv.Addr()}, func(c *Config) {
+			c.Mode, c.SyncInterval, c.Instances = Sync, f.interval, f.n
+			c.Timeout = 100 * time.Millisecond // this is about the bound, not timeouts
+		}, Options{})
+	}
+	admitted, asked := make([]atomic.Int64, f.n), make([]atomic.Int64, f.n)
+	var sources [4]atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for inst, c := range f.callers {
+		for range c {
+			wg.Go(func() {
+				for time.Since(start) < f.d {
+					r, out, err := stores[inst].Decide(context.Background(), k, f.l, f.cost)
+					if err != nil {
+						t.Errorf("Decide: %v", err)
+						return
+					}
+					sources[out.Source].Add(1)
+					asked[inst].Add(1)
+					if r.Allowed {
+						admitted[inst].Add(1)
+					}
+					time.Sleep(50 * time.Microsecond) // paced; still far above the quota
+				}
+			})
+		}
+	}
+	wg.Wait()
+	res := syncFloodResult{elapsed: time.Since(start), admitted: make([]float64, f.n), asked: make([]float64, f.n)}
+	for i := range f.n {
+		res.admitted[i] = f.cost * float64(admitted[i].Load())
+		res.asked[i] = f.cost * float64(asked[i].Load())
+	}
+	for i := range sources {
+		res.sources[i] = sources[i].Load()
+	}
+	return res
+}
+
 // TestSyncOverAdmission: three instances in sync mode share one tenant's
 // bucket while it sends far more than its quota, unevenly (4, 2 and 1
 // callers). The fleet admits at most the stated bound beyond what one
@@ -21,61 +107,97 @@ import (
 // close to the quota: sync mode converges instead of multiplying it.
 func TestSyncOverAdmission(t *testing.T) {
 	srv := redistest.StartServer(t)
-	const n = 3
-	interval := 50 * time.Millisecond
-	var stores []*Store
-	for range n {
-		stores = append(stores, newTestStore(t, []string{srv.Addr()}, func(c *Config) {
-			c.Mode, c.SyncInterval, c.Instances = Sync, interval, n
-			c.Timeout = 100 * time.Millisecond // this test is about the bound, not timeouts
-		}, Options{}))
+	f := syncFlood{n: 3, interval: 50 * time.Millisecond, l: ratelimit.Limit{Rate: 100, Burst: 20}, cost: 1,
+		callers: []int{4, 2, 1}, d: 2 * time.Second}
+	r := f.run(t, srv, ratelimit.BucketKey{Tenant: "spread"})
+	got, exact, bound := total(r.admitted), f.exact(r), f.bound(r)
+	t.Logf("asked %.0f (%.0f× the quota), admitted %.0f (by instance %v); exact %.0f, bound %.0f; %d synced decisions",
+		total(r.asked), total(r.asked)/exact, got, r.admitted, exact, bound, r.sources[FromSync])
+	if total(r.asked) < 10*exact {
+		t.Fatalf("asked only %.0f, want at least 10× the quota (%.0f) for the test to mean anything", total(r.asked), 10*exact)
 	}
-	l := ratelimit.Limit{Rate: 100, Burst: 20}
-	k := ratelimit.BucketKey{Tenant: "spread"}
-	var admitted, asked [n]atomic.Int64
-	var sources [4]atomic.Int64
-	var wg sync.WaitGroup
-	const d = 2 * time.Second
-	start := time.Now()
-	for _, inst := range []int{0, 0, 0, 0, 1, 1, 2} {
-		wg.Go(func() {
-			for time.Since(start) < d {
-				r, out, err := stores[inst].Decide(context.Background(), k, l, 1)
-				if err != nil {
-					t.Errorf("Decide: %v", err)
-					return
-				}
-				sources[out.Source].Add(1)
-				asked[inst].Add(1)
-				if r.Allowed {
-					admitted[inst].Add(1)
-				}
-				time.Sleep(200 * time.Microsecond) // paced; still far above the quota
-			}
-		})
+	if got > bound {
+		t.Errorf("admitted %.0f, above the bound %.0f (exact %.0f + %d × (rate × interval + cost))", got, bound, exact, f.n)
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	var total, demand int64
-	for i := range n {
-		total += admitted[i].Load()
-		demand += asked[i].Load()
+	if got < 0.8*exact {
+		t.Errorf("admitted %.0f, want at least 80%% of the exact %.0f", got, exact)
 	}
-	exact := l.Burst + l.Rate*elapsed.Seconds()
-	bound := exact + n*(l.Rate*interval.Seconds()+1)
-	t.Logf("asked %d (%.0f× the quota), admitted %d (by instance %d %d %d); exact %.0f, bound %.0f; %d synced decisions",
-		demand, float64(demand)/exact, total, admitted[0].Load(), admitted[1].Load(), admitted[2].Load(), exact, bound, sources[FromSync].Load())
-	if float64(demand) < 10*exact {
-		t.Fatalf("asked only %d, want at least 10× the quota (%.0f) for the test to mean anything", demand, 10*exact)
-	}
-	if float64(total) > bound {
-		t.Errorf("admitted %d, above the bound %.0f (exact %.0f + %d × (rate × interval + cost))", total, bound, exact, n)
-	}
-	if float64(total) < 0.8*exact {
-		t.Errorf("admitted %d, want at least 80%% of the exact %.0f", total, exact)
-	}
-	if p := sources[FromPolicy].Load(); p > 0 {
+	if p := r.sources[FromPolicy]; p > 0 {
 		t.Errorf("%d decisions by the failure policy with Redis healthy", p)
+	}
+}
+
+// TestSyncBoundProperty: for any rate, burst, fleet size, interval, cost
+// and spread of the load over the instances, a flood admits at most the
+// stated bound beyond the exact answer, however long it lasts. The first
+// case is the one a debt capped at one burst failed: (instances − 1) ×
+// rate × interval = 100 tokens against a burst of 20, so 80 tokens were
+// forgiven every interval and the fleet admitted 2.5× the quota.
+func TestSyncBoundProperty(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cases := []syncFlood{{n: 3, interval: 50 * time.Millisecond, l: ratelimit.Limit{Rate: 1000, Burst: 20}, cost: 1,
+		callers: []int{2, 2, 2}, d: time.Second}}
+	rng := rand.New(rand.NewPCG(29, 2))
+	logUniform := func(lo, hi float64) float64 { return math.Round(lo * math.Pow(hi/lo, rng.Float64())) }
+	for len(cases) < 10 {
+		f := syncFlood{n: 2 + rng.IntN(3), interval: []time.Duration{10, 20, 50, 100}[rng.IntN(4)] * time.Millisecond, d: 600 * time.Millisecond}
+		f.l.Rate = logUniform(20, 2000)
+		f.l.Burst = max(1, logUniform(1, 2*f.l.Rate))
+		f.cost = 1
+		if rng.IntN(2) == 0 {
+			f.cost = float64(1 + rng.IntN(int(min(f.l.Burst, 10))))
+		}
+		f.callers = make([]int, f.n)
+		f.callers[0] = 1 + rng.IntN(3)
+		for i := 1; i < f.n; i++ {
+			f.callers[i] = rng.IntN(4)
+		}
+		cases = append(cases, f)
+	}
+	for i, f := range cases {
+		r := f.run(t, srv, ratelimit.BucketKey{Tenant: fmt.Sprint("property-", i)})
+		got, exact, bound := total(r.admitted), f.exact(r), f.bound(r)
+		desc := fmt.Sprintf("case %d: %d instances (callers %v), interval %v, rate %.0f, burst %.0f, cost %.0f", i, f.n, f.callers, f.interval, f.l.Rate, f.l.Burst, f.cost)
+		t.Logf("%s: asked %.0f, admitted %.0f; exact %.0f, bound %.0f", desc, total(r.asked), got, exact, bound)
+		// The slack is one cost and 5 ms of refill: the run's clock and
+		// Redis's are read at slightly different instants.
+		if got > bound+f.cost+0.005*f.l.Rate {
+			t.Errorf("%s: admitted %.0f tokens, above the bound %.0f (exact %.0f)", desc, got, bound, exact)
+		}
+		if p := r.sources[FromPolicy]; p > 0 {
+			t.Errorf("%s: %d decisions by the failure policy with Redis healthy", desc, p)
+		}
+	}
+}
+
+// TestSyncReloadKeepsTakes: a reload that changes a bucket's limit before
+// the view pushed what it took still charges Redis with every take: an
+// exact-mode instance on the same bucket then finds them gone. (When a
+// reload replaced the view, its unpushed takes were dropped, and the
+// exact instance found the bucket nearly full.)
+func TestSyncReloadKeepsTakes(t *testing.T) {
+	srv := redistest.StartServer(t)
+	synced := newTestStore(t, []string{srv.Addr()}, func(c *Config) {
+		c.Mode, c.SyncInterval = Sync, time.Hour // nothing pushed by the loop during the test
+	}, Options{})
+	exact := newTestStore(t, []string{srv.Addr()}, nil, Options{})
+	k := ratelimit.BucketKey{Tenant: "reloaded"}
+	before, after := ratelimit.Limit{Rate: 1, Burst: 100}, ratelimit.Limit{Rate: 1.5, Burst: 100}
+	for i := range 50 {
+		if r, _, err := synced.Decide(context.Background(), k, before, 1); err != nil || !r.Allowed {
+			t.Fatalf("take %d under the old limit: %+v %v", i, r, err)
+		}
+	}
+	if r, _, err := synced.Decide(context.Background(), k, after, 1); err != nil || !r.Allowed {
+		t.Fatalf("take under the new limit: %+v %v", r, err)
+	}
+	// 49 tokens are left (and a little refill): 60 must be refused.
+	r, out, err := exact.Decide(context.Background(), k, after, 60)
+	if err != nil || out.Source != FromRedis {
+		t.Fatalf("exact take: %+v %+v %v", r, out, err)
+	}
+	if r.Allowed {
+		t.Errorf("60 tokens admitted from a bucket of 100 after 51 takes: the reload dropped the takes")
 	}
 }
 
