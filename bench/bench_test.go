@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/fairgate/fairgate/bench/plotdata"
 )
 
 // shortRun runs a short version of scenario name in modes and writes its
@@ -97,10 +99,17 @@ func checkShape(t *testing.T, dir string, res *Results, modes []Mode) {
 	if !seen["baseline"]["innocent"] || seen["baseline"]["noisy"] {
 		t.Errorf("baseline: rows for roles %v, want innocent only", seen["baseline"])
 	}
-	for _, f := range []string{"report.md", "latency-" + res.Scenario + ".png", "goodput-" + res.Scenario + ".png"} {
+	for _, f := range []string{"report.md", plotdata.FileName(res.Scenario)} {
 		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: missing or empty (%v)", f, err)
 		}
+	}
+	p, err := plotdata.Read(filepath.Join(dir, plotdata.FileName(res.Scenario)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(p.Runs), len(modes)+1; got != want || len(p.Goodput.Modes) != want {
+		t.Errorf("plots file: %d latency rows and %d goodput modes, want %d (the baseline and each mode)", got, len(p.Goodput.Modes), want)
 	}
 }
 

@@ -11,10 +11,13 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fairgate/fairgate/bench/plotdata"
 )
 
-// WriteOutputs writes results.json, report.md and the PNG plots of res to
-// dir, creating it.
+// WriteOutputs writes results.json, report.md and plots-SCENARIO.json (the
+// series of the PNG plots that report.md links, which bench/plots draws)
+// of res to dir, creating it.
 func WriteOutputs(dir string, res *Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -74,7 +77,7 @@ func WriteReport(w io.Writer, res *Results) error {
 	if res.Scenario == "overhead" {
 		writeOverhead(w, res)
 	}
-	_, err := fmt.Fprintf(w, "\n![latency](latency-%[1]s.png)\n\n![goodput](goodput-%[1]s.png)\n", res.Scenario)
+	_, err := fmt.Fprintf(w, "\n![latency](%s)\n\n![goodput](%s)\n", plotdata.LatencyPNG(res.Scenario), plotdata.GoodputPNG(res.Scenario))
 	return err
 }
 

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/fairgate/fairgate/bench/plotdata"
 	"github.com/fairgate/fairgate/shed"
 )
 
@@ -215,8 +221,9 @@ func TestParseLoadAvg(t *testing.T) {
 	}
 }
 
-// The plots draw from synthetic runs, few tenants and many, without error.
-func TestPlots(t *testing.T) {
+// manyResults is a run of 40 innocents, tNN losing NN% of its requests
+// and slower by NN ms, and one loud noisy tenant: past maxPlotInnocents.
+func manyResults() *Results {
 	many := &Results{Scenario: "many", Targets: defaultTargets, DurationS: 10}
 	var base, hit []synthTenant
 	for i := range 40 {
@@ -226,14 +233,135 @@ func TestPlots(t *testing.T) {
 	hit = append(hit, synthTenant{tl: tl("loud", "pro", Noisy), n: 500, ok: 10, lat: 300 * time.Millisecond})
 	many.add(synthRun("baseline", base))
 	many.add(synthRun("fairgate", hit))
-	for _, res := range []*Results{synthResults(), many} {
+	return many
+}
+
+// windowed cuts samples into windows of arrival time: percentiles over the
+// admitted (2xx and timeouts) only, floored at 1 ms for the log axis, the
+// rejected share over the requests sent, deferred arrivals in neither, and
+// a window with nothing sent has no point.
+func TestWindowed(t *testing.T) {
+	r := run{mode: "m", dur: 2 * time.Second, tenants: []TenantLoad{tl("a", "pro", Innocent), tl("b", "pro", Innocent)}}
+	add := func(tenant int, at time.Duration, o Outcome, lat time.Duration) {
+		r.samples = append(r.samples, sample{tenant: tenant, at: at, outcome: o, latency: lat})
+	}
+	for i := range 100 { // window 0: 1..100 ms admitted
+		add(0, time.Duration(i)*5*time.Millisecond, OK, time.Duration(i+1)*time.Millisecond)
+	}
+	add(0, 1100*time.Millisecond, OK, 100*time.Microsecond)         // window 1: a fast 2xx, floored at 1 ms,
+	add(0, 1200*time.Millisecond, TimedOut, 2*time.Second)          // a timeout at the client's timeout,
+	add(0, 1300*time.Millisecond, Rejected429, time.Millisecond)    // a 429,
+	add(0, 1400*time.Millisecond, Rejected503, time.Millisecond)    // a 503
+	add(0, 1500*time.Millisecond, Deferred, 0)                      // and a deferred arrival, counted nowhere;
+	add(1, 500*time.Millisecond, Rejected503, 900*time.Millisecond) // b is not in the series.
+	got := windowed(r, func(i int) bool { return i == 0 }, time.Second)
+	want := plotdata.Series{
+		WindowS:  1,
+		P50:      []plotdata.Point{{S: 0.5, V: 50}, {S: 1.5, V: 1}},
+		P99:      []plotdata.Point{{S: 0.5, V: 99}, {S: 1.5, V: 2000}},
+		Rejected: []plotdata.Point{{S: 0.5, V: 0}, {S: 1.5, V: 50}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("windowed (-want +got):\n%s", diff)
+	}
+	// The last window's point sits at the run's end, not past it.
+	add(0, 2*time.Second, OK, 5*time.Millisecond)
+	if got := windowed(r, func(i int) bool { return i == 0 }, time.Second); len(got.P50) != 3 || got.P50[2] != (plotdata.Point{S: 2, V: 5}) {
+		t.Errorf("windowed P50 = %v, want a third point {2 5}", got.P50)
+	}
+	if got := windowed(r, func(int) bool { return false }, time.Second); got.P50 == nil || len(got.P50)+len(got.P99)+len(got.Rejected) != 0 {
+		t.Errorf("windowed over no tenant = %+v, want empty series, not nil", got)
+	}
+}
+
+// A window holds about ten of a tenant's requests, within a thirtieth and
+// a quarter of the run (at least half a second).
+func TestWindowFor(t *testing.T) {
+	r := synthRun("m", []synthTenant{{tl: tl("a", "pro", Innocent), n: 100}, {tl: tl("b", "pro", Innocent), n: 100}})
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{1, time.Second}, {2, 500 * time.Millisecond}, {40, 500 * time.Millisecond}} {
+		if got := windowFor(r, c.n); got != c.want {
+			t.Errorf("windowFor(%d tenants of 100 samples each, 10s) = %v, want %v", c.n, got, c.want)
+		}
+	}
+	r.samples = r.samples[:4] // 2 per tenant: 50 s windows, capped at a quarter of the run
+	if got, want := windowFor(r, 1), 2500*time.Millisecond; got != want {
+		t.Errorf("windowFor(sparse) = %v, want %v", got, want)
+	}
+}
+
+// What the plots draw: with few tenants every one of them, the ramp marked
+// but on the baseline, a bar per tenant; with many the noisy tenant and the
+// worst innocents over the innocents pooled, and summary bars. The file
+// bench/plots reads says the same.
+func TestPlotSeries(t *testing.T) {
+	few := synthResults()
+	few.RampStartS, few.RampPeakS = 1, 4
+	p := few.plots()
+	if len(p.Runs) != 3 || p.Runs[0].Mode != "baseline" || p.Runs[0].Ramp || !p.Runs[1].Ramp || !p.Runs[2].Ramp {
+		t.Fatalf("runs %+v, want baseline (no ramp), none and fairgate (ramp)", p.Runs)
+	}
+	var labels []string
+	for _, tn := range p.Runs[2].Tenants {
+		labels = append(labels, tn.Label)
+	}
+	if want := []string{"a (pro, innocent)", "b (pro, innocent)", "c (starter, innocent)", "loud (pro, noisy)"}; !slices.Equal(labels, want) || p.Runs[2].Pooled != nil {
+		t.Errorf("fairgate draws %q (pooled %v), want %q alone", labels, p.Runs[2].Pooled, want)
+	}
+	wantGoodput := plotdata.Goodput{Modes: []string{"baseline", "none", "fairgate"}, TargetPct: defaultTargets.MinGoodputPct, Bars: []plotdata.Bars{
+		{Label: "a (pro, innocent)", Pct: []float64{100, 100, 100}, Ran: []bool{true, true, true}},
+		{Label: "b (pro, innocent)", Pct: []float64{100, 95, 100}, Ran: []bool{true, true, true}},
+		{Label: "c (starter, innocent)", Pct: []float64{100, 100, 90}, Ran: []bool{true, true, true}},
+		{Label: "loud (pro, noisy)", Pct: []float64{0, 100, 10}, Ran: []bool{false, true, true}},
+	}}
+	if diff := cmp.Diff(wantGoodput, p.Goodput); diff != "" {
+		t.Errorf("goodput (-want +got):\n%s", diff)
+	}
+
+	many := manyResults()
+	p = many.plots()
+	fg := p.Runs[1]
+	if fg.Pooled == nil || fg.Pooled.Innocents != 40 || len(fg.Tenants) > 5 || fg.Tenants[0].Label != "loud (pro, noisy)" {
+		t.Fatalf("many-tenant run draws %d tenants (%+v), pooled %+v; want loud, the worst innocents and 40 pooled", len(fg.Tenants), fg.Tenants, fg.Pooled)
+	}
+	if got, want := fg.Tenants[1].Label, "t39 (starter, worst innocent)"; got != want {
+		t.Errorf("first innocent drawn = %q, want %q: the lowest goodput", got, want)
+	}
+	if len(fg.Pooled.Series.P99) == 0 || fg.Pooled.Series.WindowS >= fg.Tenants[1].Series.WindowS {
+		t.Errorf("pooled series %+v, want points over windows narrower than one tenant's", fg.Pooled.Series)
+	}
+	var bars []string
+	for _, b := range p.Goodput.Bars {
+		bars = append(bars, b.Label)
+	}
+	if want := []string{"lowest innocent", "median innocent", "noisy tenants together"}; !slices.Equal(bars, want) {
+		t.Errorf("goodput bars %q, want %q", bars, want)
+	}
+	if low, noisy := p.Goodput.Bars[0], p.Goodput.Bars[2]; low.Pct[1] != 61 || noisy.Pct[1] != 2 || noisy.Ran[0] {
+		t.Errorf("lowest innocent %v, noisy %v (ran %v); want 61 in fairgate, 2 in fairgate and no noisy baseline", low.Pct, noisy.Pct, noisy.Ran)
+	}
+
+	for _, res := range []*Results{few, many} {
 		dir := t.TempDir()
 		if err := writePlots(dir, res); err != nil {
-			t.Fatalf("%s: %v", res.Scenario, err)
+			t.Fatal(err)
 		}
-		if tenants, pooled := res.drawn(res.runs[1]); pooled != (res == many) || len(tenants) > 5 {
-			t.Errorf("%s: drawn %v, pooled %v", res.Scenario, tenants, pooled)
+		got, err := plotdata.Read(filepath.Join(dir, plotdata.FileName(res.Scenario)))
+		if err != nil {
+			t.Fatal(err)
 		}
+		if diff := cmp.Diff(res.plots(), got); diff != "" {
+			t.Errorf("%s: plots file read back (-want +got):\n%s", res.Scenario, diff)
+		}
+	}
+	dir := t.TempDir()
+	if err := writePlots(dir, &Results{Scenario: "retry-storm"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, plotdata.FileName("retry-storm"))); !os.IsNotExist(err) {
+		t.Errorf("a scenario without runs wrote a plots file (%v)", err)
 	}
 }
 

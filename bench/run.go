@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/shed"
 )
@@ -41,7 +39,8 @@ type Options struct {
 	// RedisAddr is the Redis for the fairgate-redis mode, which Run
 	// refuses without it.
 	RedisAddr string
-	// Progress receives a progress bar per run. Nil means none.
+	// Progress receives a progress line per run (a terminal: each redraw
+	// overwrites the one before). Nil means none.
 	Progress io.Writer
 	// Seed makes arrivals and mixes repeatable. Zero means 1.
 	Seed uint64
@@ -294,47 +293,6 @@ func warmUp(ctx context.Context, base string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("bench: front end at %s does not answer: %w", base, err)
-}
-
-// showProgress draws a bar of the run's elapsed time to w until the
-// returned func is called.
-func showProgress(w io.Writer, desc string, dur time.Duration, l *load) (stop func()) {
-	if w == nil {
-		return func() {}
-	}
-	total := int64(dur / time.Millisecond)
-	bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(fmt.Sprintf("%-28s", desc)),
-		progressbar.OptionSetWidth(30), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
-		progressbar.OptionSetPredictTime(false))
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				el := int64(time.Since(start) / time.Millisecond)
-				if el < total {
-					bar.Describe(fmt.Sprintf("%-28s %6d sent", desc, l.sent.Load()))
-				} else {
-					bar.Describe(fmt.Sprintf("%-28s %6d open", desc+" draining", l.inFlight.Load()))
-				}
-				bar.Set64(min(el, total))
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-		bar.Set64(total)
-		bar.Finish()
-		fmt.Fprintln(w)
-	}
 }
 
 // rows summarises a run per tenant and criticality. baseP99 maps a tenant

@@ -23,11 +23,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	scenario := fs.String("scenario", "noisy-neighbour", "scenario: "+strings.Join(bench.ScenarioNames(), ", ")+", all, overhead, or throughput")
 	modes := fs.String("modes", "", "comma-separated modes run back to back: none, global, ip, fairgate, fairgate-redis (default: none,global,ip,fairgate, and fairgate-redis when --redis is set); throughput: "+strings.Join(bench.ThroughputModes, ", "))
-	duration := fs.Duration("duration", 30*time.Second, "arrival time of each mode's run (the quiet baseline takes half)")
-	out := fs.String("out", "bench-out", "directory for results.json, report.md and the PNG plots")
+	duration := fs.Duration("duration", 30*time.Second, "arrival time of each mode's run (the quiet baseline runs as long)")
+	out := fs.String("out", "bench-out", "directory for results.json, report.md and plots-SCENARIO.json (go run ./bench/plots DIR draws the PNGs from it)")
 	redis := fs.String("redis", "", "Redis address (host:port) for the fairgate-redis mode, which needs it")
 	seed := fs.Uint64("seed", 1, "seed of the arrival processes, the route mixes and many-tenants' choice of noisy tenants")
-	quiet := fs.Bool("quiet", false, "no progress bars")
+	quiet := fs.Bool("quiet", false, "no progress lines")
 	rounds := fs.Int("rounds", 3, "throughput: interleaved rounds of every mode")
 	conns := fs.String("conns", "8,64", "throughput: comma-separated closed-loop connection counts")
 	floodDur := fs.Duration("flood-duration", 10*time.Second, "throughput: each phase (quiet, flood) of the flood rounds")
@@ -104,7 +104,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "\nwrote %s/{results.json,report.md}\n\n", dir)
 			continue
 		}
-		fmt.Fprintf(stdout, "\nwrote %s/{results.json,report.md,latency-%[2]s.png,goodput-%[2]s.png}\n\n", dir, name)
+		fmt.Fprintf(stdout, "\nwrote %s/{results.json,report.md,plots-%[2]s.json}; draw the plots with: go run ./bench/plots %[1]s\n\n", dir, name)
 	}
 	return nil
 }
