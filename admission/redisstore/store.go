@@ -243,11 +243,20 @@ func (s *Store) judge(ln *lane, calls []*call, start time.Time, rtt time.Duratio
 
 // runPipeline sends batch as one pipeline of EVALSHAs, then resends as EVAL
 // those that met NOSCRIPT (a restarted or flushed Redis), all within
-// lateFactor × Timeout from now. It reports the round trip's duration and
-// whether it failed as a whole (a timeout or a broken connection).
+// lateFactor × Timeout from now, and gives the breaker its verdict (see
+// judge). It reports the round trip's duration and whether it failed as
+// a whole (a timeout or a broken connection).
 func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
+	start, rtt, failed := s.sendPipeline(batch, lateFactor*s.cfg.Timeout)
+	s.judge(ln, batch, start, rtt, failed)
+	return rtt, failed
+}
+
+// sendPipeline sends batch as runPipeline does, within limit, and reports
+// when it began, how long it took and whether it failed as a whole.
+func (s *Store) sendPipeline(batch []*call, limit time.Duration) (time.Time, time.Duration, bool) {
 	start := time.Now()
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(lateFactor*s.cfg.Timeout))
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(limit))
 	defer cancel()
 	cmds, failed := s.execPipeline(ctx, batch, false)
 	var retry []*call
@@ -259,15 +268,9 @@ func (s *Store) runPipeline(ln *lane, batch []*call) (time.Duration, bool) {
 	if len(retry) > 0 {
 		_, failed = s.execPipeline(ctx, retry, true)
 	}
-	rtt := time.Since(start)
-	s.judge(ln, batch, start, rtt, failed)
-	return rtt, failed
+	return start, time.Since(start), failed
 }
 
-// execPipeline sends one EVALSHA (or EVAL) per call and sets each call's
-// reply, error and verdict, except NOSCRIPT errors when !eval, which the
-// caller retries. It reports whether the round trip failed as a whole;
-// its calls' verdicts are then excluded until judge counts one.
 func (s *Store) execPipeline(ctx context.Context, calls []*call, eval bool) ([]*redis.Cmd, bool) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))

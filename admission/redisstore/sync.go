@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
@@ -353,8 +355,8 @@ func (y *syncer) debtCap(l ratelimit.Limit) float64 {
 const syncForget = 10 * time.Second
 
 // Reconciliation batching: buckets per script call on a single node, and
-// buckets per pipeline, so that one pipeline's work in Redis (about 1.5µs
-// a bucket) stays far below Timeout.
+// buckets per pipeline, so that one pipeline holds Redis (which runs one
+// script at a time) only briefly between the decisions' calls.
 const (
 	syncKeysPerCall     = 64
 	syncKeysPerPipeline = 512
@@ -379,25 +381,39 @@ func (y *syncer) reconcileLane(ln *lane, calls []*call, perPipeline int) {
 	wg.Wait()
 }
 
-// reconcileBatch sends one pipeline of calls through ln's breaker.
+// reconcileBatch sends one pipeline of calls to ln's node, unless its
+// breaker is open (the decisions have already given up on it). A
+// reconciliation is not a decision: it has a deadline of its own, sized
+// from the buckets it carries, and whether it was late or failed is never
+// told to the breaker, so a large reconciliation on a busy Redis cannot
+// send the decisions to the failure policy. A failed one is pushed again
+// next interval (settleLocked); if Redis is really away, the views go
+// stale and the decisions' own round trips open the breaker.
 func (y *syncer) reconcileBatch(ln *lane, batch []*call) {
-	done, err := ln.breaker.Allow()
-	if err != nil {
+	if ln.breaker.State() == gobreaker.StateOpen {
 		for _, c := range batch {
 			c.err = ErrBreakerOpen
 		}
 		return
 	}
-	y.s.runPipeline(ln, batch)
-	var verdict error
+	buckets := 0
 	for _, c := range batch {
-		if c.verdict != nil {
-			verdict = c.verdict
-			break
-		}
+		buckets += len(c.keys)
 	}
-	done(verdict)
+	_, rtt, failed := y.s.sendPipeline(batch, y.reconcileDeadline(buckets))
+	y.s.stats.roundTrip(failed, rtt > y.s.cfg.Timeout)
 }
+
+// reconcileDeadline is how long a reconciliation of buckets may take:
+// the decisions' round-trip deadline and Redis's work on the buckets at
+// reconcileCostPerBucket each, twice over.
+func (y *syncer) reconcileDeadline(buckets int) time.Duration {
+	return lateFactor*y.s.cfg.Timeout + 2*time.Duration(buckets)*reconcileCostPerBucket
+}
+
+// reconcileCostPerBucket is an upper estimate of Redis's work on one
+// bucket of a reconciliation (sync.lua's load, debit and store).
+const reconcileCostPerBucket = 5 * time.Microsecond
 
 // decodeSync checks the shape of sync.lua's reply for n buckets, {a
 // little-endian double per bucket, µs}, and writes the buckets' tokens

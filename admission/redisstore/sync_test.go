@@ -271,3 +271,51 @@ func TestSyncTakeAll(t *testing.T) {
 		t.Errorf("tenant bucket after 2 admissions, 5 refusals and this take: %+v, want 97 left", r)
 	}
 }
+
+// TestReconciliationFailuresLeaveTheBreaker: while Redis is paused, every
+// interval's reconciliation fails, but no decision asked Redis: the
+// breaker, which is the decisions' judge of Redis, stays closed, and the
+// takes are pushed once Redis is back. (While reconciliations went through
+// the breaker, the fifth failed one opened it.)
+func TestReconciliationFailuresLeaveTheBreaker(t *testing.T) {
+	srv := redistest.StartServer(t)
+	var opened atomic.Int64
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Mode = Sync },
+		Options{OnBreakerChange: func(_, to BreakerState) {
+			if to == BreakerOpen {
+				opened.Add(1)
+			}
+		}})
+	k := ratelimit.BucketKey{Tenant: "paused"}
+	l := ratelimit.Limit{Rate: 1, Burst: 100}
+	for range 10 {
+		if r, out, err := s.Decide(context.Background(), k, l, 1); err != nil || !r.Allowed || out.Source != FromSync {
+			t.Fatalf("take: %+v %+v %v", r, out, err)
+		}
+	}
+	before := s.Stats()
+	if _, err := srv.Do("CLIENT", "PAUSE", "500", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	answered := func() uint64 { st := s.Stats(); return st.RoundTripsOK + st.RoundTripsSlow }
+	paused := answered()
+	time.Sleep(600 * time.Millisecond) // ten intervals' reconciliations meet the pause
+	if n := s.Stats().RoundTripsFailed - before.RoundTripsFailed; n < 5 {
+		t.Fatalf("%d reconciliations failed during the pause, want at least 5 for the test to mean anything", n)
+	}
+	if n := opened.Load(); n > 0 {
+		t.Errorf("breaker opened %d times by reconciliations alone", n)
+	}
+	// The first reconciliation that succeeds after the pause pushes the
+	// 10 takes.
+	for deadline := time.Now().Add(5 * time.Second); answered() == paused; {
+		if time.Now().After(deadline) {
+			t.Fatal("no reconciliation succeeded within 5s of the pause")
+		}
+		time.Sleep(10 * time.Millisecond) // bounded by deadline
+	}
+	exact := newTestStore(t, []string{srv.Addr()}, nil, Options{})
+	if r, out, err := exact.Decide(context.Background(), k, l, 91); err != nil || out.Source != FromRedis || r.Allowed {
+		t.Errorf("91 of 100 tokens after 10 takes: %+v %+v %v; want refused by Redis (the takes pushed)", r, out, err)
+	}
+}
