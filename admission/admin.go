@@ -12,12 +12,6 @@ import (
 	"github.com/fairgate/fairgate/tenant"
 )
 
-// The admin views below are the documented JSON of the admin listener
-// (/admin/tenants, /admin/tenants/{id}, /admin/pools) and what the console
-// draws: snake_case fields, durations in milliseconds, floats rounded.
-// They are built on request from state the layers keep anyway, so nobody
-// pays for them while nobody asks.
-
 // TenantState is one tenant's state, for the admin view a support engineer
 // reads when a tenant says it is being throttled.
 type TenantState struct {

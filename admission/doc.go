@@ -50,9 +50,12 @@
 //
 // # The admin views
 //
-// admin.go builds the JSON the admin listener serves and the console draws
-// (TenantState, PoolsState), on request, from state the layers keep anyway.
-// window.go keeps what they do not: each tenant's rejections by layer and
+// admin.go builds the documented JSON of the admin listener
+// (/admin/tenants, /admin/tenants/{id}, /admin/pools), which the console
+// draws (TenantState, PoolsState): snake_case fields, durations in
+// milliseconds, floats rounded. It is built on request from state the
+// layers keep anyway, so nobody pays for it while nobody asks. window.go
+// keeps what the layers do not: each tenant's rejections by layer and
 // each pool's queue waits over the last minute, in one-second slots of
 // atomic counters (no lock on the request path). recent.go keeps the latest
 // rejections, only while someone watches the console.

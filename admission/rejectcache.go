@@ -4,17 +4,6 @@ import (
 	"github.com/fairgate/fairgate/tenant"
 )
 
-// A flood is one client sending the same request over and over, and each
-// of its rejections is the same answer but for its request ID: the same
-// RateLimit fields, Retry-After and message until a second passes or a
-// token comes back. Rendering it (the fields' numbers, the message, the
-// JSON body) was the largest part of the pipeline's work on a 429
-// (bench/PERF.md §12), so a
-// rejectBuffer keeps the last rejection it rendered, keyed by everything
-// the rendering reads, and replays it when the next one is the same.
-// Buffers are pooled per P, so a flood on one core meets its own last
-// answer; there is no shared state and no lock.
-
 // quotaKey is what the RateLimit fields show of one quota.
 type quotaKey struct {
 	name                            string
@@ -72,6 +61,17 @@ func (r *renderedRejection) record(key string, v []byte) {
 // setRateLimitHeaders and answer would, from the buffer's last rendering
 // when d renders the same. The body is valid until buf goes back to the
 // pool.
+//
+// A flood is one client sending the same request over and over, and each
+// of its rejections is the same answer but for its request ID: the same
+// RateLimit fields, Retry-After and message until a second passes or a
+// token comes back. Rendering it (the fields' numbers, the message, the
+// JSON body) was the largest part of the pipeline's work on a 429
+// (bench/PERF.md §12), so buf keeps the last rejection it rendered
+// (renderedRejection), keyed by everything the rendering reads
+// (rejectionKey), and replays it when the next one is the same. Buffers
+// are pooled per P (rejectBuffers), so a flood on one core meets its own
+// last answer; there is no shared state and no lock.
 func (buf *rejectBuffer) reject(d *Decision, reqID string, set func(key string, v []byte)) (int, []byte) {
 	if !jsonPlainString(reqID) { // never so for fairgate's own IDs
 		buf.msg = setRateLimitHeaders(d, buf.msg[:0], set)

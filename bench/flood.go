@@ -17,15 +17,6 @@ import (
 	"github.com/fairgate/fairgate/deploy/examples"
 )
 
-// The flood round of the throughput scenario is the isolation
-// check on the demo: the gateway with deploy/examples/demo.yaml (one core,
-// as every server here) in front of the demo API, an innocent tenant
-// sending at a modest steady rate, measured alone ("quiet") and while one
-// over-quota key floods 8,000 requests a second ("flood"). Both senders
-// are open loop: each request has its time on a fixed schedule and its
-// latency counts from that time, so a server that falls behind cannot slow
-// the senders down and hide it (coordinated omission).
-
 // Demo keys of deploy/examples/demo.yaml.
 const (
 	// demoFloodKey is initech's (starter: 5 tokens/s, burst 25): the
@@ -55,7 +46,15 @@ const (
 	lateAfter = time.Millisecond
 )
 
-// FloodRow is one flood round of one server.
+// FloodRow is one flood round of one server. The flood round of the
+// throughput scenario is the isolation check on the demo: the
+// gateway with deploy/examples/demo.yaml (one core, as every server here)
+// in front of the demo API, an innocent tenant sending at a modest steady
+// rate (InnocentRate), measured alone ("quiet") and while one over-quota
+// key floods FloodRate requests a second ("flood"). Both senders are open
+// loop: each request has its time on a fixed schedule and its latency
+// counts from that time, so a server that falls behind cannot slow the
+// senders down and hide it (coordinated omission).
 type FloodRow struct {
 	Round int
 	// Mode is fairgate-flood, fairgate-fasthttp-flood or nginx-flood (an

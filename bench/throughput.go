@@ -20,12 +20,6 @@ import (
 	"github.com/fairgate/fairgate/tenant"
 )
 
-// The throughput scenario measures what one request costs each server: a
-// closed loop of Conns connections, each server a child process on one core
-// (GOMAXPROCS=1), its CPU read from /proc/PID/stat. Modes run in
-// interleaved rounds, so a slow moment of a shared machine hits all of
-// them, and the ratios are taken within a round.
-
 // ThroughputModes are the modes of the throughput scenario, in run order.
 // NAME-flood is the flood round (flood.go) with NAME in front of the demo
 // API; it runs once a round, not once per connection count.
@@ -103,7 +97,12 @@ type ThroughputResult struct {
 	Floods []FloodRow
 }
 
-// Throughput runs the throughput scenario.
+// Throughput runs the throughput scenario, which measures what one
+// request costs each server: a closed loop of o.Conns connections, each
+// server a child process on one core (GOMAXPROCS=1), its CPU read from
+// /proc/PID/stat. Modes run in interleaved rounds, so a slow moment of a
+// shared machine hits all of them, and the ratios are taken within a
+// round.
 func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, error) {
 	if o.Modes == nil {
 		o.Modes = ThroughputModes

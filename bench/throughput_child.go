@@ -21,10 +21,8 @@ import (
 	"github.com/fairgate/fairgate/internal/demoapi"
 )
 
-// The servers of the throughput scenario run as child processes, each on
-// one core, so that /proc/PID/stat is the server's own CPU.
-
-// child is a server running as a child process on one core.
+// child is a server of the throughput scenario running as a child
+// process on one core, so that /proc/PID/stat is the server's own CPU.
 type child struct {
 	cmd *exec.Cmd
 	url string

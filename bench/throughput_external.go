@@ -1,9 +1,5 @@
 package bench
 
-// The external servers the throughput scenario compares fairgate with
-// (nginx and HAProxy): whether they are installed, their configs, and
-// starting them on one core.
-
 import (
 	"context"
 	"fmt"
@@ -88,9 +84,12 @@ backend be
   server up {{upstream}}
 `
 
-// startExternal runs an external server (nginx or haproxy) in the
-// foreground as one process, with its config from the template conf in a
-// temporary directory, and waits until it accepts connections.
+// startExternal runs an external server the throughput scenario compares
+// fairgate with (nginx or HAProxy) on one core, as every server of the
+// scenario: in the foreground as one process, with its config from the
+// template conf (nginxConf, haproxyConf) in a temporary directory. It
+// waits until the server accepts connections. A server that is not
+// installed is skipped (skipReason).
 func startExternal(ctx context.Context, name, conf, upstream string, h2 *h2Listen) (*child, error) {
 	dir, err := os.MkdirTemp("", "fairgate-bench-"+name)
 	if err != nil {

@@ -1,12 +1,5 @@
 package bench
 
-// h2load (nghttp2's) as the throughput scenario's load generator for
-// HTTP/2 (ThroughputOptions.H2load): as with wrk, each mode's server alone
-// on the first core, h2load (one thread) and the upstream on the second;
-// h2c with prior knowledge, or over TLS (ThroughputOptions.TLS) with ALPN.
-// h2load sends one key (fixed headers), reports no percentiles, and tells
-// status classes apart, so a row's latency columns are empty.
-
 import (
 	"context"
 	"fmt"
@@ -19,9 +12,14 @@ import (
 // h2Streams is how many streams h2load keeps open on each connection.
 const h2Streams = 8
 
-// measureH2load is measure with h2load as the generator: conns
-// connections, h2Streams streams each, for d, sending key. rejecting says
-// the key is over its quota (a -429 mode).
+// measureH2load is measure with h2load (nghttp2's) as the generator, for
+// HTTP/2 (ThroughputOptions.H2load): conns connections, h2Streams streams
+// each, for d, sending key. rejecting says the key is over its quota (a
+// -429 mode). As with wrk, each mode's server is alone on the first core,
+// h2load (one thread) and the upstream on the second; h2c with prior
+// knowledge, or over TLS (ThroughputOptions.TLS) with ALPN. h2load sends
+// one key (fixed headers), reports no percentiles, and tells status
+// classes apart, so a row's latency columns are empty.
 func measureH2load(ctx context.Context, srv, up *child, conns int, d time.Duration, key string, rejecting bool) (ThroughputRow, error) {
 	var row ThroughputRow
 	cmd := exec.CommandContext(ctx, "taskset", "-c", loadCPU, "h2load", "-t1", "-c"+strconv.Itoa(conns),

@@ -1,16 +1,5 @@
 package bench
 
-// wrk as the throughput scenario's load generator (ThroughputOptions.Wrk).
-// The bench's own client costs 17-28 µs of CPU per request, more than any
-// server it measures, so on a two-core machine it cannot keep a server
-// busy: servers ran at 40-70% of their core, and a server's req/s then
-// says more about the client than about the server. wrk costs a few µs a
-// request: with it on the second core and the server alone on the first,
-// a server that answers without an upstream (the -429 modes) is the
-// bottleneck, and its req/s is its own. (In the proxied modes the
-// upstream shares wrk's core and is the bottleneck; their CPU per answer
-// stays the figure to compare.)
-
 import (
 	"bufio"
 	"context"
@@ -52,9 +41,19 @@ func wrkScript(keys []string) string {
 	return b.String()
 }
 
-// measureWrk is measure with wrk as the generator: conns connections of
-// one wrk thread, on loadCPU, for d, sending keys in turn. rejecting says
-// the keys are over their quota (a -429 mode).
+// measureWrk is measure with wrk as the generator
+// (ThroughputOptions.Wrk): conns connections of one wrk thread, on
+// loadCPU, for d, sending keys in turn. rejecting says the keys are over
+// their quota (a -429 mode).
+//
+// The bench's own client costs more CPU per request than any server it
+// measures (bench/PERF.md §11), so on a two-core machine it cannot keep a
+// server busy, and a server's req/s then says more about the client than
+// about the server. wrk costs far less a request: with it on the second
+// core and the server alone on the first, a server that answers without
+// an upstream (the -429 modes) is the bottleneck, and its req/s is its
+// own. (In the proxied modes the upstream shares wrk's core and is the
+// bottleneck; their CPU per answer stays the figure to compare.)
 func measureWrk(ctx context.Context, srv, up *child, conns int, d time.Duration, keys []string, rejecting bool) (ThroughputRow, error) {
 	var row ThroughputRow
 	dir, err := os.MkdirTemp("", "fairgate-bench-wrk")

@@ -2,10 +2,6 @@ package bulkhead
 
 import "time"
 
-// Whose seat a request takes: its own pool's, or one borrowed from another
-// pool, and only beyond the headroom the lender keeps for its lighter
-// tenants and the pools together keep for the lighter tenants of all.
-
 // lightUse is the most use (for its weight) of a light tenant: one using
 // less than a tenth of a seat, a few short requests a second. A light
 // tenant's requests are no flood, and it is the tenant the headroom is
@@ -58,12 +54,14 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 	return ps.borrowFromLocked(p, -1, 0)
 }
 
-// lenderForLocked is lenderLocked for request r arriving at now: unless r
-// is critical, only seats beyond the headroom the pools keep for lighter
-// tenants (globalKeepsLocked), the lender's and p's own (roomLocked); and
-// p's own seat beyond p's seats when r's tenant is owed it
-// (guaranteedLocked). A light tenant borrows where lenderLocked would not
-// (borrowFromLocked).
+// lenderForLocked returns whose seat request r of p, arriving at now,
+// takes: one of p's own or one borrowed from another pool, as
+// lenderLocked, or nil. Unless r is critical, only a seat beyond the
+// headroom kept for lighter tenants: the lender's and p's own for their
+// lighter tenants (roomLocked), and the pools' together for the lighter
+// tenants of all (globalKeepsLocked). It takes p's own seat beyond p's seats when r's
+// tenant is owed it (guaranteedLocked). A light tenant borrows where
+// lenderLocked would not (borrowFromLocked).
 func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	t := ps.nanos(now)
 	ps.shareLevelLocked(p, t)

@@ -5,25 +5,6 @@ import (
 	"time"
 )
 
-// Long requests and the headroom.
-//
-// The headroom is kept for the short requests of lighter tenants: a 5 ms
-// read must not wait for a 300 ms export to end. A light tenant's long
-// request taking a seat of it would be just that export: a tenant seen for
-// the first time is the lightest of all, and at a flood's onset the floods'
-// first exports, each its tenant's only request so far, took the seats
-// kept for everyone else's reads for as long as an export takes. So a
-// request whose cost holds a seat longLike times as long as the shortest
-// cost's counts, for the headroom, as a tenant using heavyUse at least: it
-// keeps the seats the tenants lighter than that need; and a tenant holding
-// a long request's seat uses heavyUse at least, whatever its averages say
-// yet, so its seat is not counted as headroom the lighter tenants hold.
-//
-// The pools learn each cost's mean hold as seats are released. Until a
-// cost's is known, it is taken to be the shortest cost's scaled by the two
-// costs (a route's cost is its price, which an operator sets by what it
-// takes): at a cold start the first exports are those of the floods.
-
 // longLike: a request is long when its cost's mean hold is at least this
 // many times the shortest cost's.
 const longLike = 8
@@ -66,8 +47,26 @@ func (ps *Pools) learnHoldLocked(c holdClass, hold time.Duration) {
 	}
 }
 
-// longLocked reports whether a request of class c holds a seat longLike
-// times as long as the shortest class's. ps.mu must be held.
+// longLocked reports whether a request of class c is long: it holds a
+// seat longLike times as long as the shortest class's. ps.mu must be held.
+//
+// The headroom is kept for the short requests of lighter tenants: a 5 ms
+// read must not wait for a 300 ms export to end. A light tenant's long
+// request taking a seat of it would be just that export: a tenant seen
+// for the first time is the lightest of all, and at a flood's onset the
+// floods' first exports, each its tenant's only request so far, took the
+// seats kept for everyone else's reads for as long as an export takes. So
+// a long request counts, for the headroom, as a tenant using heavyUse at
+// least (headroomRatio): it keeps the seats the tenants lighter than that
+// need; and a tenant holding a long request's seat uses heavyUse at
+// least, whatever its averages say yet, so its seat is not counted as
+// headroom the lighter tenants hold.
+//
+// The pools learn each cost's mean hold as seats are released
+// (learnHoldLocked). Until a cost's is known, it is taken to be the
+// shortest cost's scaled by the two costs (holdOf; a route's cost is its
+// price, which an operator sets by what it takes): at a cold start the
+// first exports are those of the floods.
 func (ps *Pools) longLocked(c holdClass) bool {
 	if !ps.on(ruleLongIsHeavy) || ps.shortestCost == 0 {
 		return false

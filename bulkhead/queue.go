@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// The queue side of Pools: requests that find no seat wait here, and
-// freed seats go to them.
-
 // Drain is for graceful shutdown: every request waiting in a queue fails at
 // once with ErrDraining, and from now on a request that finds no free seat
 // fails with ErrDraining instead of queueing. Requests holding seats keep
@@ -123,8 +120,9 @@ func (ps *Pools) lowerOwnLocked(p *pool, r *Request) string {
 	return best
 }
 
-// wait blocks a queued request until it is granted, pushed out, timed out or
-// cancelled.
+// wait is the queue side of Pools: it blocks a request that found no
+// seat, queued in p, until a freed seat is granted to it (dispatchLocked)
+// or it is pushed out, timed out or cancelled.
 func (ps *Pools) wait(ctx context.Context, p *pool, w *waiter) (Seat, error) {
 	timer := time.NewTimer(p.cfg.MaxWait)
 	var err error

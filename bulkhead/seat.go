@@ -2,8 +2,10 @@ package bulkhead
 
 import "time"
 
-// A granted seat and its release.
-
+// seatLocked grants r a seat of p (lent by lender, or p's own when lender
+// is p), acquired at acquired after waiting waited: a seat token from the
+// free list, marked long when r's route holds seats long, which the
+// tenant's count of long seats held then counts. ps.mu must be held.
 func (ps *Pools) seatLocked(p, lender *pool, r *Request, acquired time.Time, waited time.Duration) Seat {
 	var tok *seatToken
 	if n := len(ps.free); n > 0 {

@@ -5,28 +5,6 @@ import (
 	"time"
 )
 
-// The upstream's capacity, seen from how many calls were in flight when
-// each call started.
-//
-// A queue in front of the upstream's connections delays exactly the calls
-// that start while they are all taken: those started with more calls in
-// flight than the upstream serves at once. queueSense judges windows of
-// calls together, and a limit a few calls above the capacity, where a
-// read now and then finds every connection taken by exports, reads as
-// healthy to it: the limit climbs, and the reads of the light tenants the
-// pools keep seats free for wait in the upstream's queue all the same.
-// kneeSense keeps, for each number of calls in flight at a call's start
-// (its level), how much slower than its class's typical latency the calls
-// started there were. The lowest level whose calls were clearly slower is
-// the knee, and the limit stays below it.
-//
-// A knee holds for a while (kneeHold), and then the limit probes its level
-// again, slowly: an upstream that recovered from an incident, or grew, is
-// found at once, and its capacity used. A probe that finds the knee where
-// it was holds it twice as long as before (up to kneeHoldMax), so that a
-// steady upstream is probed — and the calls of the probe made to wait —
-// ever more rarely; one that finds the upstream changed starts over.
-
 const (
 	// maxKneeLevel is the highest level kept; calls started above it
 	// count at it.
@@ -54,8 +32,28 @@ const (
 	kneeProbeSlow = 8
 )
 
-// kneeSense is what the calls at each level said. It is not safe for
-// concurrent use: Limiter guards it.
+// kneeSense is the upstream's capacity, seen from how many calls were in
+// flight when each call started: what the calls at each level said. It is
+// not safe for concurrent use: Limiter guards it.
+//
+// A queue in front of the upstream's connections delays exactly the calls
+// that start while they are all taken: those started with more calls in
+// flight than the upstream serves at once. queueSense judges windows of
+// calls together, and a limit a few calls above the capacity, where a
+// read now and then finds every connection taken by exports, reads as
+// healthy to it: the limit climbs, and the reads of the light tenants the
+// pools keep seats free for wait in the upstream's queue all the same.
+// kneeSense keeps, for each number of calls in flight at a call's start
+// (its level), how much slower than its class's typical latency the calls
+// started there were. The lowest level whose calls were clearly slower is
+// the knee, and the limit stays below it.
+//
+// A knee holds for a while (kneeHold), and then the limit probes its level
+// again, slowly: an upstream that recovered from an incident, or grew, is
+// found at once, and its capacity used. A probe that finds the knee where
+// it was holds it twice as long as before (up to kneeHoldMax), so that a
+// steady upstream is probed — and the calls of the probe made to wait —
+// ever more rarely; one that finds the upstream changed starts over.
 type kneeSense struct {
 	sum    [maxKneeLevel + 1]float64 // Σ log(latency/typical), decayed
 	weight [maxKneeLevel + 1]float64 // calls, decayed

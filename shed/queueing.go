@@ -5,18 +5,6 @@ import (
 	"time"
 )
 
-// The upstream's queue, seen from its latencies.
-//
-// A gradient of recent over baseline latency (failsafe-go's, Netflix's)
-// assumes that every call costs about the same. Behind an API whose routes
-// take 5 ms and 3 s, the calls' latencies say more about which routes were
-// called than about the upstream's queue: the gradient's quantile follows
-// the mix, its baseline follows the quantile, and a limit above what the
-// upstream serves at once goes unnoticed while its queue holds a 5 ms read
-// behind a 300 ms export. queueSense compares each call with the typical
-// latency of its own route instead: with the route mix taken out, what is
-// left is the wait every call shares.
-
 const (
 	// MaxLatencyClasses is how many classes (routes) a Limiter keeps a
 	// typical latency for; the calls of higher classes share the last.
@@ -61,8 +49,19 @@ const (
 	queueQueueing
 )
 
-// queueSense keeps each class's typical latency and judges windows of
-// calls against them. It is not safe for concurrent use: Limiter guards it.
+// queueSense is the upstream's queue, seen from its latencies: it keeps
+// each class's typical latency and judges windows of calls against them.
+// It is not safe for concurrent use: Limiter guards it.
+//
+// A gradient of recent over baseline latency (failsafe-go's, Netflix's)
+// assumes that every call costs about the same. Behind an API whose routes
+// take 5 ms and 300 ms, the calls' latencies say more about which routes
+// were called than about the upstream's queue: the gradient's quantile
+// follows the mix, its baseline follows the quantile, and a limit above
+// what the upstream serves at once goes unnoticed while its queue holds a
+// 5 ms read behind a 300 ms export. queueSense compares each call with the
+// typical latency of its own route (its class) instead: with the route mix
+// taken out, what is left is the wait every call shares.
 type queueSense struct {
 	typical [MaxLatencyClasses]float64 // log of seconds, per class
 	slow    [MaxLatencyClasses]float64 // log of the 90th percentile, per class

@@ -1,8 +1,5 @@
 package gateway
 
-// Config errors that name what is wrong: the file and line, and the
-// field by its dotted path, for YAML errors that name neither.
-
 import (
 	"errors"
 	"fmt"
@@ -18,9 +15,11 @@ import (
 // err (errprefix.Lines).
 func prefixLines(path string, err error) error { return errprefix.Lines(path, err) }
 
-// cleanYAMLError names the field of each of yaml.v3's decoding errors, so a
-// person reads "routes[2].max_concurent: unknown field (line 63)" rather
-// than "line 63: field max_concurent not found in type
+// cleanYAMLError makes yaml.v3's decoding errors, which name neither the
+// file nor the field, name what is wrong: the field by its dotted path,
+// beside the line (load puts the file before each, prefixLines). A person
+// reads "routes[2].max_concurent: unknown field (line 63)" rather than
+// "line 63: field max_concurent not found in type
 // admission.RouteConfig". An error yaml.v3 gives without a line (a value
 // an UnmarshalText refused, such as a criticality typo) is placed by the
 // quoted value it names.

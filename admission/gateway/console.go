@@ -9,9 +9,22 @@ import (
 	"time"
 )
 
-// The console: a page on the admin listener (GET /) that polls the admin
-// JSON API once a second. Everything it needs is embedded; it loads nothing
-// from elsewhere.
+//go:embed console
+var consoleFiles embed.FS
+
+// consoleInfo is GET /admin/console.
+type consoleInfo struct {
+	// JaegerUIURL is admin.jaeger_ui_url; empty means no links.
+	JaegerUIURL string `json:"jaeger_ui_url"`
+	// Traces says whether rejected traces are kept (tracing is on).
+	Traces bool `json:"traces"`
+	// Started is when the server started.
+	Started time.Time `json:"started"`
+}
+
+// consoleRoutes serves the console on mux, the admin listener's: a page
+// (GET /) that polls the admin JSON API once a second. Everything it needs
+// is embedded (consoleFiles); it loads nothing from elsewhere.
 //
 // The JSON API (documented in docs/observability.md, "Console"):
 //
@@ -26,20 +39,6 @@ import (
 // Asking for /admin/rejections marks the gate as watched: the latest
 // rejections are recorded only for 30 s after that, so an unwatched gateway
 // pays nothing for them.
-
-//go:embed console
-var consoleFiles embed.FS
-
-// consoleInfo is GET /admin/console.
-type consoleInfo struct {
-	// JaegerUIURL is admin.jaeger_ui_url; empty means no links.
-	JaegerUIURL string `json:"jaeger_ui_url"`
-	// Traces says whether rejected traces are kept (tracing is on).
-	Traces bool `json:"traces"`
-	// Started is when the server started.
-	Started time.Time `json:"started"`
-}
-
 func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	static, _ := fs.Sub(consoleFiles, "console")
 	files := http.FileServerFS(static)

@@ -6,23 +6,6 @@ import (
 	"sync"
 )
 
-// Upstream calls a client has left, on the fasthttp edge.
-//
-// net/http's transport ends a call whose request's context is done.
-// fasthttp's HostClient has no context: a call runs until the upstream
-// answers or its timeout, and it picks the connection itself. So each
-// upstream connection notes the request it carries, by the X-Request-Id
-// the edge puts on every request it sends, and a request whose client has
-// gone closes its connection: the upstream sees the call end, as behind
-// the net/http edge.
-//
-// Only an ID the edge is sending (expect, before the call) binds a
-// connection: the scan also sees request bodies, and a body that spells
-// the field out must not bind the connection to an ID of its choosing
-// (the edge's IDs are random, and unknown to a client before its answer).
-// The scan carries the end of each write over to the next, so a field
-// split between two writes is found.
-
 // requestIDField is how the request ID appears in a request head the
 // HostClient writes.
 var requestIDField = []byte("\r\nX-Request-Id: ")
@@ -32,7 +15,23 @@ var requestIDField = []byte("\r\nX-Request-Id: ")
 const requestIDLen = 16
 
 // upstreamConns maps a request ID to the upstream connection carrying
-// that request.
+// that request, so that the fasthttp edge can end an upstream call a
+// client has left.
+//
+// net/http's transport ends a call whose request's context is done.
+// fasthttp's HostClient has no context: a call runs until the upstream
+// answers or its timeout, and it picks the connection itself. So each
+// upstream connection (trackedConn) notes the request it carries, by the
+// X-Request-Id the edge puts on every request it sends, and a request
+// whose client has gone closes its connection (abort): the upstream sees
+// the call end, as behind the net/http edge.
+//
+// Only an ID the edge is sending (expect, before the call) binds a
+// connection: the scan also sees request bodies, and a body that spells
+// the field out must not bind the connection to an ID of its choosing
+// (the edge's IDs are random, and unknown to a client before its answer).
+// The scan carries the end of each write over to the next, so a field
+// split between two writes is found.
 type upstreamConns struct {
 	mu sync.Mutex
 	// byID holds the requests being sent (expect), nil until a

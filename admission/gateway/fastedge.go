@@ -21,19 +21,18 @@ import (
 	"github.com/fairgate/fairgate/admission"
 )
 
-// The fasthttp edge (server.engine: fasthttp): the public listener on
-// fasthttp's server and the upstream on its HostClient, both calling the
-// same admission.Gate as the net/http edge, through admission.Gate.Admit.
-// A request goes through what the net/http edge does to it, in the same
-// order: its request ID; no protocol upgrade; hop-by-hop fields removed
-// (before the pipeline sets X-Tenant-Id, so "Connection: X-Tenant-Id"
-// cannot take it off); the pipeline; X-Forwarded-* from what fairgate saw;
-// the upstream call under the lease; the upstream's RateLimit fields
-// renamed. A client that goes away is noticed (goneWatcher) while its
-// request waits for a seat and while the upstream works, whose call then
-// ends (upstreamConns), and while its response streams (a failed write).
-
-// fastEdge serves the gateway on fasthttp.
+// fastEdge serves the gateway on fasthttp (server.engine: fasthttp): the
+// public listener on fasthttp's server and the upstream on its
+// HostClient, both calling the same admission.Gate as the net/http edge,
+// through admission.Gate.Admit. A request goes through what the net/http
+// edge does to it, in the same order: its request ID; no protocol
+// upgrade; hop-by-hop fields removed (before the pipeline sets
+// X-Tenant-Id, so "Connection: X-Tenant-Id" cannot take it off); the
+// pipeline; X-Forwarded-* from what fairgate saw; the upstream call under
+// the lease; the upstream's RateLimit fields renamed. A client that goes
+// away is noticed (goneWatcher) while its request waits for a seat and
+// while the upstream works, whose call then ends (upstreamConns), and
+// while its response streams (a failed write).
 type fastEdge struct {
 	s         *Server
 	hc        *fasthttp.HostClient

@@ -1,9 +1,5 @@
 package gateway
 
-// One request on the fasthttp edge, as the pipeline (admission.Exchange),
-// the tracer (a propagation carrier) and the contract's writer
-// (http.ResponseWriter) see it.
-
 import (
 	"bytes"
 	"io"
@@ -30,7 +26,10 @@ func (c fastCarrier) Keys() []string {
 	return keys
 }
 
-// fastExchange is one request on the fasthttp edge as admission.Exchange.
+// fastExchange is one request on the fasthttp edge as the pipeline sees
+// it (admission.Exchange); the tracer sees its header as a propagation
+// carrier (fastCarrier), and the contract's writer its answer as an
+// http.ResponseWriter (fastAnswer).
 type fastExchange struct {
 	rc    *fasthttp.RequestCtx
 	creds http.Header // the credential fields, for the pipeline

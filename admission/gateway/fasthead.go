@@ -1,8 +1,5 @@
 package gateway
 
-// The fasthttp edge's work on request and response heads: the peer, the
-// forwarding fields, hop-by-hop removal, the method, retries.
-
 import (
 	"bytes"
 	"errors"

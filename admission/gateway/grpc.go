@@ -10,16 +10,6 @@ import (
 	"github.com/fairgate/fairgate/admission"
 )
 
-// A gRPC client reads its call's outcome from grpc-status, not from the
-// HTTP status: grpc-go maps a bare HTTP 429 to UNAVAILABLE, and an HTTP 503
-// with a JSON body to a status without fairgate's message or retry delay.
-// So an answer of fairgate's own to a gRPC call (a rejection, or the
-// edge's or proxy's failure) is sent as a gRPC "trailers-only" response:
-// HTTP 200, content-type application/grpc, and grpc-status, grpc-message
-// and grpc-retry-pushback-ms in its header, beside the RateLimit fields,
-// Retry-After and X-Request-Id it has as any answer. The upstream's own
-// answers pass as they are.
-
 // grpcCodes maps the statuses of fairgate's own answers to gRPC status
 // codes; any other is UNKNOWN (2).
 var grpcCodes = map[int]int{
@@ -48,6 +38,15 @@ type grpcAnswerKey struct{}
 // grpcAnswer is a gRPC call's response writer: fairgate's own answers
 // become trailers-only gRPC responses; once the upstream has answered
 // (upstreamAnswering), everything passes through.
+//
+// A gRPC client reads its call's outcome from grpc-status, not from the
+// HTTP status: grpc-go maps a bare HTTP 429 to UNAVAILABLE, and an HTTP 503
+// with a JSON body to a status without fairgate's message or retry delay.
+// So an answer of fairgate's own to a gRPC call (a rejection, or the
+// edge's or proxy's failure) is sent as a gRPC "trailers-only" response:
+// HTTP 200, content-type application/grpc, and grpc-status (grpcCodes),
+// grpc-message and grpc-retry-pushback-ms in its header, beside the
+// RateLimit fields, Retry-After and X-Request-Id it has as any answer.
 type grpcAnswer struct {
 	http.ResponseWriter
 	upstream bool // the upstream's response is being written

@@ -14,12 +14,11 @@ import (
 	"github.com/fairgate/fairgate/internal/proxyproto"
 )
 
-// The public listener's protocols: HTTP/1.1 always; HTTP/2 over TLS
-// (ALPN "h2") when server.tls is set, and over cleartext with prior
-// knowledge when server.h2c is on. Both HTTP/2 forms are net/http's own
-// server; the request path is the same handler as HTTP/1.1's.
-
-// protocols returns the public server's protocols for c.
+// protocols returns the public server's protocols for c: HTTP/1.1 always;
+// HTTP/2 over TLS (ALPN "h2") when server.tls is set, and over cleartext
+// with prior knowledge when server.h2c is on. Both HTTP/2 forms are
+// net/http's own server; the request path is the same handler as
+// HTTP/1.1's.
 func protocols(c ServerConfig) *http.Protocols {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)

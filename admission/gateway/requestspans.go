@@ -1,8 +1,5 @@
 package gateway
 
-// A request's spans and access line, on either engine: the root span
-// (fairgate.request), the proxy.upstream span and the access log.
-
 import (
 	"context"
 	"encoding/hex"

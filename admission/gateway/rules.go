@@ -9,9 +9,6 @@ import (
 	"github.com/fairgate/fairgate/admission"
 )
 
-// The edge rules both engines apply, each written once here; an engine
-// only adapts its own request and response types to them.
-
 // clientForwarding are the fields of a client's request that would tell
 // the upstream who sent it or where its trace comes from: fairgate sets
 // its own X-Forwarded-* (from a trusted proxy's, forwardingFields) and

@@ -3,8 +3,9 @@
 // bucket (BucketKey), the answer to one take (Result), the Store interface
 // the rate layer calls, and MemoryStore, the embedded store; and what a
 // client is told of a bucket (QuotaState) and how the RateLimit header
-// fields spell it (AppendPolicy, AppendState), which the pipeline's answers
-// and the rate limit service share (fields.go).
+// fields (IETF draft-ietf-httpapi-ratelimit-headers) spell it
+// (AppendPolicy, AppendState), which the pipeline's answers and the rate
+// limit service's share (fields.go).
 //
 // The bucket arithmetic is a pure function of the instant it is given, so
 // tests and the fuzzer need no clock. The package imports no HTTP, tracing

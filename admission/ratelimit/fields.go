@@ -1,9 +1,5 @@
 package ratelimit
 
-// What a client is told about a bucket, and how the RateLimit header fields
-// (IETF draft-ietf-httpapi-ratelimit-headers) spell it: shared by the
-// pipeline's answers and the rate limit service's, with no HTTP stack.
-
 import (
 	"math"
 	"strconv"

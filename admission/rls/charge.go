@@ -10,23 +10,21 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Charging a request's descriptors: all or nothing, shadow ones with the
-// others.
-
 // shadowed reports whether v's descriptor is in shadow mode (its own
 // shadow_mode, or rls.shadow).
 func (s *Service) shadowed(v *verdict) bool { return v.shadow || s.shadow }
 
-// charge takes the buckets of the verdicts at pending (at least one), all
-// or nothing, as the HTTP path takes a tenant's buckets: a request is
-// charged only when every descriptor not in shadow mode has room, so a
-// refused request costs none of its descriptors anything, and "retry
-// after 2 s" is not followed by "retry after 40 s" because another
-// descriptor's bucket was emptied by the refused calls. Shadow descriptors
-// are taken with the others, as they would be enforced, so their figures
-// are real; when only they refuse, the request is admitted and the
-// enforced descriptors are charged by a second call. Two descriptors with
-// the same entries are one bucket, charged their costs' sum.
+// charge charges a request's descriptors, the verdicts at pending (at
+// least one): it takes their buckets all or nothing, as the HTTP path
+// takes a tenant's buckets: a request is charged only when every
+// descriptor not in shadow mode has room, so a refused request costs none
+// of its descriptors anything, and "retry after 2 s" is not followed by
+// "retry after 40 s" because another descriptor's bucket was emptied by
+// the refused calls. Shadow descriptors are taken with the others, as
+// they would be enforced, so their figures are real; when only they
+// refuse, the request is admitted and the enforced descriptors are
+// charged by a second call. Two descriptors with the same entries are one
+// bucket, charged their costs' sum.
 func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) error {
 	if len(pending) == 1 { // the common call: one Take, nothing to gather
 		v := &vs[pending[0]]

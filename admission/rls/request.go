@@ -11,10 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// What a request is: checked for what Envoy may send, and the buckets its
-// descriptors name.
-
-// validate rejects what Envoy never sends and no answer could mean.
+// validate checks a request for what Envoy may send: it rejects what Envoy
+// never sends and no answer could mean.
 func validate(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rls: domain: required")
