@@ -12,8 +12,8 @@ import (
 // (server.gc_percent) nor GOGC sets one. A gateway's live heap is small
 // (config, buckets, pools) and what it allocates per request dies with the
 // request, so a higher target than Go's 100 trades a little memory for
-// fewer collections: on a flood of 429s the collector took ~4% of the CPU
-// at 100 and under 1% at 400 (bench/PERF.md).
+// fewer collections (bench/PERF.md has the collector's share of the CPU on
+// a flood of 429s at both targets).
 const DefaultGCPercent = 400
 
 // minMemoryLimit is the smallest server.memory_limit: below it the

@@ -59,9 +59,8 @@ type Config struct {
 	// with no reply within three Timeouts fails, counts towards the
 	// breaker and its decisions go to the failure policy. Time spent in
 	// this instance's own queue is not part of it (see QueueTimeout).
-	// Zero means DefaultTimeout (5ms). Loopback round trips take about
-	// 50µs, a pipeline of Batch.MaxBatch decisions under full load well
-	// under 2ms.
+	// Zero means DefaultTimeout (5ms), for Redis on the same host or in
+	// the same zone (docs/redis.md says how to size it).
 	Timeout time.Duration `yaml:"timeout"`
 	// QueueTimeout bounds how long a decision waits in this instance's
 	// own queue for a pipeline (or, unbatched, a connection): past it the
