@@ -17,6 +17,24 @@ func (ps *Pools) lightLocked(ratio float64) bool {
 	return ratio >= 0 && ratio < lightUse && ps.on(ruleLightBorrows)
 }
 
+// modestUse is the most use (for its weight) of a tenant whose short
+// requests may borrow beyond its pool's borrowing limit, from an idle pool
+// (ruleModestBorrows): half a seat, far below the share of any pool that
+// two tenants or more use. The borrowing limit is there to keep a flood of
+// one pool from taking the others' seats; a tenant using under half a
+// seat is no flood, and its short requests hold a borrowed seat briefly,
+// while the seats its own pool has are held by a heavier neighbour.
+const modestUse = 0.5
+
+// pastLimitLocked reports whether a request whose tenant uses ratio for its
+// weight, and whose route holds seats long or not, may borrow beyond its
+// pool's borrowing limit: a light tenant's (lightLocked), or a short
+// request of a tenant using less than modestUse (ruleModestBorrows).
+// ps.mu must be held.
+func (ps *Pools) pastLimitLocked(ratio float64, long bool) bool {
+	return ps.lightLocked(ratio) || !long && ratio >= 0 && ratio < modestUse && ps.on(ruleModestBorrows)
+}
+
 // lightAtOnce is the most requests a light tenant has in a pool at once
 // (holding seats or queued): more is no light use, whatever its average
 // says. Two, not one: a tenant sending a few short requests a second at
@@ -51,7 +69,7 @@ func (ps *Pools) lenderLocked(p *pool) *pool {
 	if p.used < p.nominal {
 		return p
 	}
-	return ps.borrowFromLocked(p, -1, 0)
+	return ps.borrowFromLocked(p, -1, 0, false)
 }
 
 // lenderForLocked returns whose seat request r of p, arriving at now,
@@ -79,7 +97,7 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 		if l := ps.lenderLocked(p); l != nil || !ps.lightLocked(ratio) {
 			return l
 		}
-		return ps.borrowFromLocked(p, ratio, t)
+		return ps.borrowFromLocked(p, ratio, t, false)
 	}
 	if !ps.globalKeepsLocked(ratio, t) {
 		return nil
@@ -87,15 +105,18 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 	if p.used < p.nominal && ps.lenderKeepsLocked(p, p, ratio, t) {
 		return p
 	}
-	if !ps.mayBorrowLocked(p, ratio, t) {
+	past := ps.pastLimitLocked(ratio, ps.longLocked(r.holdClass()))
+	if !ps.mayBorrowLocked(p, ratio, t, past) {
 		return nil
 	}
-	return ps.borrowFromLocked(p, ratio, t)
+	return ps.borrowFromLocked(p, ratio, t, past)
 }
 
 // borrowFromLocked returns the pool with the most seats p may borrow,
 // beyond the headroom each keeps for its tenants lighter than ratio at t
-// (a negative ratio takes any), or nil. It does not look at p's own free
+// (a negative ratio takes any), or nil; beyond p's borrowing limit when
+// past (pastLimitLocked), from a pool none of whose own requests is in
+// flight or queued (unused). It does not look at p's own free
 // seats: a seat p keeps as headroom for its lighter tenants is no reason
 // for a heavier one to wait while another pool sits idle.
 //
@@ -105,15 +126,16 @@ func (ps *Pools) lenderForLocked(p *pool, r *Request, now time.Time) *pool {
 // may not take the seat (it is headroom kept for lighter tenants, or their
 // tenants are at their caps: the dispatch would have granted it
 // otherwise), and a light tenant is what headroom is for.
-func (ps *Pools) borrowFromLocked(p *pool, ratio float64, t int64) *pool {
+func (ps *Pools) borrowFromLocked(p *pool, ratio float64, t int64, past bool) *pool {
 	light := ps.lightLocked(ratio)
-	if p.borrowed >= p.borrowLimit && !light {
+	pastLimit := p.borrowed >= p.borrowLimit && !light
+	if pastLimit && !past {
 		return nil
 	}
 	var best *pool
 	bestFree := 0
 	for _, l := range ps.order {
-		if l == p || l.queue.Len() > 0 && !light || ratio >= 0 && !ps.lenderKeepsLocked(l, p, ratio, t) {
+		if l == p || l.queue.Len() > 0 && !light || ratio >= 0 && !ps.lenderKeepsLocked(l, p, ratio, t) || pastLimit && !unused(l) {
 			continue
 		}
 		if free := lendable(l); free > bestFree {
@@ -122,6 +144,13 @@ func (ps *Pools) borrowFromLocked(p *pool, ratio float64, t int64) *pool {
 	}
 	return best
 }
+
+// unused reports whether none of l's own requests is in flight or queued:
+// the only lender a request borrowing past its pool's borrowing limit for
+// a modest tenant (pastLimitLocked) may take a seat of, so that its
+// borrowing never takes a seat a tenant of the lender's may reach for.
+// Pools.mu must be held.
+func unused(l *pool) bool { return l.used == l.lent && l.borrowed == 0 && l.queue.Len() == 0 }
 
 // lendable is how many seats l may lend now: free seats within its
 // lendable share. Pools.mu must be held.

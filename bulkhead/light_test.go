@@ -103,12 +103,14 @@ func TestManyLightTenantsWaitWithoutEither(t *testing.T) {
 // second borrows b's, and light-k's second read — its tenant now has two
 // in the pool — must borrow past a's limit as a light tenant's does.
 // oneAtOnce is the control: a tenant with another request in the pool is
-// not light. It returns the light tenants' report.
+// not light (and ruleModestBorrows is off, by which a short request of a
+// tenant under half a seat borrows past the limit anyway). It returns the
+// light tenants' report.
 func secondReadBorrows(t *testing.T, oneAtOnce bool) flowReport {
 	ps := newPools(t, 6, map[string]PoolConfig{
 		"a": {Share: 1, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 20, MaxWait: time.Second},
 		"b": {Share: 2, LendablePercent: 50, BorrowingPercent: 50, QueueLength: 20, MaxWait: time.Second},
-	}, withoutIf(oneAtOnce, ruleLightInPairs))
+	}, withoutIf(oneAtOnce, ruleLightInPairs|ruleModestBorrows))
 	const until = 3 * time.Second
 	arrivals := openLoop("a", "heavy", 0, until, 100*time.Millisecond, 90*time.Millisecond)
 	for k := range 10 {

@@ -183,16 +183,21 @@ func (ps *Pools) dispatchLocked() {
 			if p.queue.Len() == 0 {
 				continue
 			}
-			l := ps.borrowFromLocked(p, -1, 0)
+			l := ps.borrowFromLocked(p, -1, 0, false)
 			if !ps.on(ruleBorrowPastHeadroom) {
 				l = ps.lenderLocked(p)
 			}
 			if l != nil && ps.grantLocked(p, l, now, grantRoom) {
 				progress = true
-			} else if l := ps.borrowFromLocked(p, 0, ps.nanos(now)); l != nil && ps.on(ruleFairQueue) && ps.grantLocked(p, l, now, grantLight) {
+			} else if l := ps.borrowFromLocked(p, 0, ps.nanos(now), false); l != nil && ps.on(ruleFairQueue) && ps.grantLocked(p, l, now, grantLight) {
 				// Ratio 0 asks for a lender to a light tenant (queued
 				// or not, beyond p's borrowing limit); grantLight
 				// hands its seat to p's light tenants only.
+				progress = true
+			} else if l := ps.borrowFromLocked(p, lightUse, ps.nanos(now), true); l != nil && ps.on(ruleModestBorrows) && ps.on(ruleFairQueue) && ps.grantLocked(p, l, now, grantModest) {
+				// An idle lender beyond p's borrowing limit, for a
+				// short request of a tenant using less than
+				// modestUse (pastLimitLocked).
 				progress = true
 			}
 		}
@@ -213,6 +218,10 @@ const (
 	// grantLight: a seat of a lender with a queue or beyond p's borrowing
 	// limit, to a light tenant (borrowFromLocked) with room.
 	grantLight
+	// grantModest: a seat of an idle lender beyond p's borrowing limit, to
+	// a short request of a tenant using less than modestUse, with room
+	// (modestRoomLocked).
+	grantModest
 )
 
 // grantLocked hands a seat of lender to the next request in p's queue
@@ -279,6 +288,10 @@ func (ps *Pools) grantLocked(p, lender *pool, now time.Time, kind grantKind) boo
 				}
 			case kind == grantLight && !ps.lightLocked(u.ratio):
 				continue
+			case kind == grantModest:
+				if !ps.modestRoomLocked(p, lender, u.ratio, u.topClass, t) {
+					continue
+				}
 			case !u.critical && !ps.roomLocked(p, lender, u.ratio, t):
 				continue
 			}

@@ -6,7 +6,7 @@ package bulkhead
 // negative control of its test can switch it off through a test-only
 // [Option], and the hot path tests it with one AND. The comments below are
 // the rule stack's specification, from the queue's order outwards.
-type rule uint16
+type rule uint32
 
 const (
 	// ruleFairQueue: a pool's queue is one flow per tenant, served by
@@ -77,6 +77,13 @@ const (
 	// pool whose queue is not empty (lightLocked).
 	ruleLightBorrows
 
+	// ruleModestBorrows: a short request of a tenant using less than
+	// modestUse of a seat for its weight may borrow from a pool none of
+	// whose own requests is in flight or queued (unused) beyond its own
+	// pool's borrowing limit (pastLimitLocked), so that a
+	// quiet tenant whose pool's seats its heavier neighbour holds (within
+	// the headroom's rules) borrows an idle seat instead of waiting.
+	ruleModestBorrows
 	// ruleLightInPairs: a light tenant stays light with up to lightAtOnce
 	// requests in the pool at once, not one (notLightIfBusy).
 	ruleLightInPairs

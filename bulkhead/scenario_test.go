@@ -352,9 +352,10 @@ func borrowedHeadroom(t *testing.T, noReserve bool) (light, heavy flowReport) {
 // wait for p's own seats, and a free seat be taken at once only beside an
 // empty queue (without ruleFreeSeatBesideFullQueue: otherwise middle, finding p's queue full of
 // requests waiting for p's own seats, takes l's at once, the mechanism by
-// another way).
+// another way; and without ruleModestBorrows, by which middle, using half
+// a seat, borrows past p's limit at once, another way again).
 func borrowPastHeadroom(t *testing.T, ownFirst bool) (middle, heavy flowReport) {
-	ps := borrowerAndLender(t, withoutIf(ownFirst, ruleBorrowPastHeadroom|ruleFreeSeatBesideFullQueue))
+	ps := borrowerAndLender(t, withoutIf(ownFirst, ruleBorrowPastHeadroom|ruleFreeSeatBesideFullQueue|ruleModestBorrows))
 	arrivals := openLoop("p", "heavy", time.Second, 6*time.Second, 2500*time.Microsecond, 20*time.Millisecond)
 	for _, a := range lightReads(6*time.Second, 25*time.Millisecond, 10*time.Millisecond, 1250*time.Millisecond) {
 		a.flow = "middle"

@@ -228,7 +228,15 @@ func (ps *Pools) mayOweLocked(p *pool, t int64) bool {
 // (mayBorrowLocked). ps.mu must be held.
 func (ps *Pools) roomLocked(p, lender *pool, ratio float64, t int64) bool {
 	return ps.globalKeepsLocked(ratio, t) && ps.lenderKeepsLocked(lender, p, ratio, t) &&
-		(lender == p || ps.mayBorrowLocked(p, ratio, t))
+		(lender == p || ps.mayBorrowLocked(p, ratio, t, false))
+}
+
+// modestRoomLocked is roomLocked for a request of class whose tenant uses
+// ratio for its weight, borrowing from lender beyond p's borrowing limit
+// (pastLimitLocked). ps.mu must be held.
+func (ps *Pools) modestRoomLocked(p, lender *pool, ratio float64, class holdClass, t int64) bool {
+	return ps.pastLimitLocked(ratio, ps.longLocked(class)) && ps.globalKeepsLocked(ratio, t) &&
+		ps.lenderKeepsLocked(lender, p, ratio, t) && ps.mayBorrowLocked(p, ratio, t, true)
 }
 
 // globalKeepsLocked reports whether the pools together have a free seat
@@ -278,11 +286,12 @@ func (ps *Pools) lenderKeepsLocked(l, p *pool, ratio float64, t int64) bool {
 // spend its pool's borrowing on seats its lighter neighbours need the
 // moment their own are taken. (Seats idle pools could lend come and go
 // with those pools' own traffic, so for p's own seats only p's own
-// headroom counts: lenderKeepsLocked.) ps.mu must be held.
-func (ps *Pools) mayBorrowLocked(p *pool, ratio float64, t int64) bool {
+// headroom counts: lenderKeepsLocked.) Past p's borrowing limit when past
+// (pastLimitLocked). ps.mu must be held.
+func (ps *Pools) mayBorrowLocked(p *pool, ratio float64, t int64, past bool) bool {
 	light := ps.lightLocked(ratio)
 	borrow := ps.lendableToLocked(p, light)
-	if !light {
+	if !light && !past {
 		borrow = min(p.borrowLimit-p.borrowed, borrow)
 	}
 	free := max(p.nominal-p.used, 0) + borrow
