@@ -299,20 +299,24 @@ func TestReconciliationFailuresLeaveTheBreaker(t *testing.T) {
 	}
 	answered := func() uint64 { st := s.Stats(); return st.RoundTripsOK + st.RoundTripsSlow }
 	paused := answered()
-	time.Sleep(600 * time.Millisecond) // ten intervals' reconciliations meet the pause
-	if n := s.Stats().RoundTripsFailed - before.RoundTripsFailed; n < 5 {
-		t.Fatalf("%d reconciliations failed during the pause, want at least 5 for the test to mean anything", n)
+	// Five intervals' reconciliations fail against the pause (the breaker
+	// opens at the fifth counted failure), then the first that succeeds
+	// after it pushes the 10 takes.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().RoundTripsFailed-before.RoundTripsFailed < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reconciliations failed during the pause, want 5 for the test to mean anything", s.Stats().RoundTripsFailed-before.RoundTripsFailed)
+		}
+		time.Sleep(10 * time.Millisecond) // polling, bounded by deadline
 	}
-	if n := opened.Load(); n > 0 {
-		t.Errorf("breaker opened %d times by reconciliations alone", n)
-	}
-	// The first reconciliation that succeeds after the pause pushes the
-	// 10 takes.
-	for deadline := time.Now().Add(5 * time.Second); answered() == paused; {
+	for answered() == paused {
 		if time.Now().After(deadline) {
 			t.Fatal("no reconciliation succeeded within 5s of the pause")
 		}
-		time.Sleep(10 * time.Millisecond) // bounded by deadline
+		time.Sleep(10 * time.Millisecond) // polling, bounded by deadline
+	}
+	if n := opened.Load(); n > 0 {
+		t.Errorf("breaker opened %d times by reconciliations alone", n)
 	}
 	exact := newTestStore(t, []string{srv.Addr()}, nil, Options{})
 	if r, out, err := exact.Decide(context.Background(), k, l, 91); err != nil || out.Source != FromRedis || r.Allowed {
