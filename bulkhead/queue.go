@@ -194,11 +194,13 @@ func (ps *Pools) dispatchLocked() {
 				// or not, beyond p's borrowing limit); grantLight
 				// hands its seat to p's light tenants only.
 				progress = true
-			} else if l := ps.borrowFromLocked(p, lightUse, ps.nanos(now), true); l != nil && ps.on(ruleModestBorrows) && ps.on(ruleFairQueue) && ps.grantLocked(p, l, now, grantModest) {
-				// An idle lender beyond p's borrowing limit, for a
+			} else if ps.on(ruleModestBorrows) && ps.on(ruleFairQueue) {
+				// An unused lender beyond p's borrowing limit, for a
 				// short request of a tenant using less than
 				// modestUse (pastLimitLocked).
-				progress = true
+				if l := ps.borrowFromLocked(p, lightUse, ps.nanos(now), true); l != nil && ps.grantLocked(p, l, now, grantModest) {
+					progress = true
+				}
 			}
 		}
 		ps.rotor = (ps.rotor + 1) % len(ps.order)
