@@ -104,6 +104,10 @@ type PoolsState struct {
 	// Priorities names the bands of the shed thresholds: the lowest
 	// priority of each criticality, for reading a threshold.
 	Priorities map[string]int `json:"priorities"`
+	// Instances is how many gateway instances this one counts as sharing
+	// the store (the live count on Redis; 1 on the embedded store): every
+	// tenant's concurrency cap here is ceil(max_concurrent / Instances).
+	Instances int `json:"instances"`
 }
 
 // AdaptiveState is the adaptive concurrency limit.
@@ -152,7 +156,7 @@ func rejectionsByLayer(sums [counterKinds]int64) map[string]int64 {
 
 func (g *Gate) tenantState(t *tenant.Tenant, now time.Time) TenantState {
 	st := TenantState{ID: t.ID, Tier: t.Tier, Rate: round3(t.Rate), Burst: round3(t.Burst),
-		MaxConcurrent: t.CapFor(false, g.instances), InFlight: g.caps.InFlight(t.ID),
+		MaxConcurrent: t.CapFor(false, g.instances()), InFlight: g.caps.InFlight(t.ID),
 		RejectionsLastMinute: rejectionsByLayer(g.rejections.sums(t.ID, now))}
 	if g.pools != nil {
 		st.InFlight = g.pools.Executing(t.ID)
@@ -212,7 +216,7 @@ func (g *Gate) layerCfgPool(name string) (bulkhead.PoolConfig, bool) {
 // shed thresholds.
 func (g *Gate) PoolsState() PoolsState {
 	now := g.now()
-	st := PoolsState{Pools: []PoolState{}, ShedFloor: int(g.shedFloor.Load()), Priorities: map[string]int{}}
+	st := PoolsState{Pools: []PoolState{}, ShedFloor: int(g.shedFloor.Load()), Priorities: map[string]int{}, Instances: g.instances()}
 	for _, c := range []shed.Criticality{shed.Sheddable, shed.Default, shed.Critical} {
 		st.Priorities[c.String()] = int(shed.PriorityFor(0, c))
 	}

@@ -51,7 +51,7 @@ func (g *Gate) admitConcurrency(ctx context.Context, d *Decision) {
 // capFor is the cap on d's tenant's executing requests that applies to d on
 // this instance; 0 means none.
 func (g *Gate) capFor(d *Decision) int {
-	return d.Tenant.CapFor(d.Route.Criticality == shed.Critical, g.instances)
+	return d.Tenant.CapFor(d.Route.Criticality == shed.Critical, g.instances())
 }
 
 // holdHint is the Retry-After of a concurrency rejection: how long a request

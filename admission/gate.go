@@ -30,10 +30,6 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the gate's logs. Nil discards them.
 	Logger *slog.Logger
-	// Instances is how many gateway instances share the store. Concurrency
-	// caps are kept per instance, so each instance enforces
-	// ceil(max_concurrent / Instances). Zero means 1.
-	Instances int
 	// TracerProvider makes the layer spans (admission.identify, …) as
 	// children of the span in the request's context, when that span is
 	// recording. Nil means no layer spans.
@@ -68,9 +64,12 @@ type Gate struct {
 	now       func() time.Time
 	epoch     time.Time // instant 0 of the gate's in-process intervals
 	log       *slog.Logger
-	instances int
-	tracer    trace.Tracer // nil: no layer spans
-	metrics   *Metrics     // nil: no metrics
+	// fleet is the store, when several instances share it: concurrency
+	// caps are kept per instance, so each instance enforces
+	// ceil(max_concurrent / fleet.Instances()).
+	fleet   ratelimit.FleetStore
+	tracer  trace.Tracer // nil: no layer spans
+	metrics *Metrics     // nil: no metrics
 
 	// The later layers keep state across reloads; nil means off.
 	caps     *bulkhead.Caps
@@ -123,16 +122,14 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if o.Store == nil {
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
-	if o.Instances < 1 {
-		o.Instances = 1
-	}
 	if o.ShadowLogEvery <= 0 {
 		o.ShadowLogEvery = DefaultShadowLogEvery
 	}
-	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger, instances: o.Instances,
+	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps(),
 		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), rules: allGateRules}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
+	g.fleet, _ = o.Store.(ratelimit.FleetStore)
 	_, embedded := o.Store.(*ratelimit.MemoryStore)
 	g.timeTakes = o.Metrics != nil && !embedded
 	if err := g.checkStore(c); err != nil {
@@ -351,3 +348,11 @@ func (g *Gate) Drain() {
 // authentication attempts the gate holds (a flood of random keys adds none
 // per key).
 func (g *Gate) UnauthenticatedBuckets() int { return g.unauth.Len() }
+
+// instances returns how many gateway instances share the store now.
+func (g *Gate) instances() int {
+	if g.fleet == nil {
+		return 1
+	}
+	return max(1, g.fleet.Instances())
+}

@@ -75,7 +75,7 @@ func NewRLSOnly(cfg Config, o Options) (*RLSOnly, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	tel, closers, _, err := prepare(cfg, &o)
+	tel, closers, err := prepare(cfg, &o)
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tel, closers, instances, err := prepare(cfg, &o)
+	tel, closers, err := prepare(cfg, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger, Instances: instances,
+	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger,
 		TracerProvider: o.TracerProvider, Metrics: tel.metrics})
 	if err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func New(cfg Config, o Options) (*Server, error) {
 
 // prepare fills o's defaults and builds what the gateway and the rate
 // limit service alone share: telemetry and the store (see newStore).
-func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, instances int, err error) {
+func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -190,45 +190,44 @@ func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, in
 		o.Now = time.Now
 	}
 	if tel, err = newTelemetry(o); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
-	closers, instances, stats, err := newStore(cfg, o)
+	closers, stats, err := newStore(cfg, o)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
 	if err := tel.reg.Register(newStoreCollector(stats)); err != nil {
 		for _, c := range closers {
 			_ = c()
 		}
-		return nil, nil, 0, fmt.Errorf("gateway: metrics: %w", err)
+		return nil, nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
-	return tel, closers, instances, nil
+	return tel, closers, nil
 }
 
 // newStore sets o.Store, when nil, to the Redis store cfg.Redis describes
 // (with o's hooks) or else an embedded store. It returns what Close must
-// close, the number of instances sharing the store, and the Redis store's
-// counters for the metrics (nil for a store it did not make).
-func newStore(cfg Config, o *Options) (closers []func() error, instances int, stats func() redisstore.Stats, err error) {
-	instances = 1
+// close and the Redis store's counters for the metrics (nil for a store
+// it did not make).
+func newStore(cfg Config, o *Options) (closers []func() error, stats func() redisstore.Stats, err error) {
 	if o.Store == nil && cfg.Redis != nil {
 		client, err := redisstore.NewClient(*cfg.Redis)
 		if err != nil {
-			return nil, 0, nil, err
+			return nil, nil, err
 		}
 		store, err := redisstore.New(client, *cfg.Redis, redisstore.Options{Now: o.Now, Logger: o.Logger,
 			OnPolicy: o.OnRedisPolicy, OnBreakerChange: o.OnBreakerChange})
 		if err != nil {
 			client.Close()
-			return nil, 0, nil, err
+			return nil, nil, err
 		}
-		o.Store, instances, stats = store, max(1, cfg.Redis.Instances), store.Stats
+		o.Store, stats = store, store.Stats
 		closers = append(closers, store.Close, client.Close)
 	}
 	if o.Store == nil {
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
 	}
-	return closers, instances, stats, nil
+	return closers, stats, nil
 }
 
 // setIfNot sets h[key] to the single value v unless it already is that.

@@ -274,8 +274,8 @@ func causeKind(err error) string {
 // adds: decisions by source, and round trips by result, which says whether
 // Redis is answering while the failure policy decides.
 type storeCollector struct {
-	stats            func() redisstore.Stats // nil: no Redis store
-	decisions, trips *prometheus.Desc
+	stats                       func() redisstore.Stats // nil: no Redis store
+	decisions, trips, instances *prometheus.Desc
 }
 
 func newStoreCollector(stats func() redisstore.Stats) *storeCollector {
@@ -286,19 +286,24 @@ func newStoreCollector(stats func() redisstore.Stats) *storeCollector {
 		trips: prometheus.NewDesc("fairgate_store_round_trips_total",
 			"Round trips to Redis by result: ok (within redis.timeout), slow (answered later, still used), failed.",
 			[]string{"result"}, nil),
+		instances: prometheus.NewDesc("fairgate_instances",
+			"Gateway instances this one counts as sharing the store: the live count of the fleet's membership in Redis (or redis.instances when set); 1 on the embedded store. Shares of sync mode and the local failure policy, and per-instance concurrency caps, divide by it.",
+			nil, nil),
 	}
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.decisions
 	ch <- c.trips
+	ch <- c.instances
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	var st redisstore.Stats
+	st := redisstore.Stats{Instances: 1}
 	if c.stats != nil {
 		st = c.stats()
 	}
+	ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(st.Instances))
 	counter := func(d *prometheus.Desc, v uint64, label string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
 	}

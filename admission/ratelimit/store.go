@@ -68,6 +68,15 @@ type Store interface {
 	Take(ctx context.Context, k BucketKey, l Limit, cost float64) (Result, error)
 }
 
+// FleetStore is a Store that several gateway instances share, and that
+// knows how many do: per-instance limits (a tenant's concurrency cap)
+// divide by Instances. The Redis store satisfies it, counting the live
+// instances; a Store that is not a FleetStore serves one instance.
+type FleetStore interface {
+	Store
+	Instances() int
+}
+
 // Take is one bucket's part of a TakeAll: Cost tokens from bucket Key,
 // whose quota is Limit.
 type Take struct {

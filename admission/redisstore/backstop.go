@@ -117,7 +117,7 @@ func (s *Store) backstopFallback(l fairshare.BackstopLimit, r fairshare.Backstop
 	case FailClosed:
 		return fairshare.BackstopResult{}, &UnavailableError{RetryAfter: s.cfg.Breaker.OpenFor, Cause: cause}
 	}
-	share := localShare(limitOf(l), r.Cost, s.cfg.Instances)
+	share := localShare(limitOf(l), r.Cost, s.Instances())
 	l.Rate, l.Burst = share.Rate, share.Burst
 	// The Local policy's embedded store keeps this instance's backstop too.
 	return s.local.TakeBackstop(context.Background(), l, r)

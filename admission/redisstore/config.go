@@ -23,6 +23,7 @@ const (
 	DefaultDenyCacheSize   = 65536
 	DefaultLogEvery        = 10 * time.Second
 	DefaultSyncInterval    = 50 * time.Millisecond
+	DefaultHeartbeat       = time.Second
 )
 
 // Config is the `redis:` section of the config file. The zero value of each
@@ -83,11 +84,18 @@ type Config struct {
 	// FailurePolicy says what a decision is while Redis cannot answer.
 	// The zero value is Local.
 	FailurePolicy FailurePolicy `yaml:"failure_policy"`
-	// Instances is the number of gateway instances sharing the Redis. Under
-	// the Local policy each instance enforces 1/Instances of every quota;
-	// in sync mode each may take 1/Instances of a bucket's tokens between
-	// reconciliations. Zero means 1.
+	// Instances overrides the number of gateway instances sharing the
+	// Redis. Under the Local policy each instance enforces 1/Instances of
+	// every quota; in sync mode each may take 1/Instances of a bucket's
+	// tokens between reconciliations; each enforces ceil(max_concurrent /
+	// Instances) of a tenant's concurrency cap. Zero (the default) means
+	// the live count: instances announce themselves in Redis every
+	// Heartbeat and each learns how many are alive (see members).
 	Instances int `yaml:"instances"`
+	// Heartbeat is how often an instance renews its entry in the fleet's
+	// membership and learns the live count; an entry not renewed for three
+	// heartbeats expires. Zero means DefaultHeartbeat (1s).
+	Heartbeat time.Duration `yaml:"heartbeat"`
 	// Breaker configures the circuit breaker in front of Redis.
 	Breaker BreakerConfig `yaml:"breaker"`
 	// Batch configures auto-batching of concurrent decisions.
@@ -184,7 +192,10 @@ func (c *Config) Validate() error {
 		bad("timeout", "must be > 0 (0 means %v)", DefaultTimeout)
 	}
 	if c.Instances < 0 {
-		bad("instances", "must be >= 1 (0 means 1)")
+		bad("instances", "must be >= 1 (0 means the live count)")
+	}
+	if c.Heartbeat < 0 {
+		bad("heartbeat", "must be > 0 (0 means %v)", DefaultHeartbeat)
 	}
 	if c.FailurePolicy > FailClosed {
 		bad("failure_policy", "unknown policy %d", c.FailurePolicy)
@@ -227,8 +238,8 @@ func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
-	if c.Instances == 0 {
-		c.Instances = 1
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
 	}
 	if c.Breaker.Failures == 0 {
 		c.Breaker.Failures = DefaultBreakerFailures

@@ -53,7 +53,7 @@ func (s *Store) Relimit(ctx context.Context, limits map[ratelimit.BucketKey]rate
 			// The largest share a take of any cost can get (localShare
 			// raises the burst to the cost): keeping a bucket longer
 			// than needed costs memory, forgetting it early refills it.
-			return localShare(l, l.Burst, s.cfg.Instances), ok
+			return localShare(l, l.Burst, s.Instances()), ok
 		})
 	}
 	if err := relimitScript.Load(ctx, s.client).Err(); err != nil {

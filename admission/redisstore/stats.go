@@ -18,6 +18,9 @@ type Stats struct {
 	// breaker), and failed (no reply within three Timeouts, connection,
 	// Redis's own health errors).
 	RoundTripsOK, RoundTripsSlow, RoundTripsFailed uint64
+	// Instances is the number of instances this one counts as sharing the
+	// Redis (Store.Instances).
+	Instances int
 }
 
 // stats are the Store's counters behind Stats.
@@ -37,6 +40,7 @@ func (s *Store) Stats() Stats {
 		Redis: st.redis.Load(), DenyCache: st.denyCache.Load(), Policy: st.policy.Load(), Sync: synced,
 		Overloaded:   st.overloaded.Load(),
 		RoundTripsOK: st.rtOK.Load(), RoundTripsSlow: st.rtSlow.Load(), RoundTripsFailed: st.rtFailed.Load(),
+		Instances: s.Instances(),
 	}
 }
 

@@ -45,7 +45,8 @@ type Store struct {
 	deny      *denyCache             // nil when the denial cache is disabled
 	local     *ratelimit.MemoryStore // nil unless the policy is Local
 	syncer    *syncer                // nil unless the mode is Sync
-	epoch     time.Time              // the origin of lanes' failure instants
+	members   *members
+	epoch     time.Time // the origin of lanes' failure instants
 	now       func() time.Time
 	opts      Options
 	logs      logLimiter // Redis trouble
@@ -121,6 +122,7 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 		})
 	}
 	cancel()
+	s.members = newMembers(s)
 	if cfg.Mode == Sync {
 		s.syncer = newSyncer(s)
 	}
@@ -358,14 +360,25 @@ func (s *Store) policyApplied(p FailurePolicy, cause error, now time.Time) {
 
 // Close makes later decisions fail with ErrClosed. Decisions in flight end
 // within their deadline. In sync mode it stops the reconciliation loop
-// (what was taken since the last reconciliation is not pushed). The Store
-// does not close the client, which the caller owns.
+// (what was taken since the last reconciliation is not pushed). It leaves
+// the fleet's membership. The Store does not close the client, which the
+// caller owns.
 func (s *Store) Close() error {
-	if !s.closed.Swap(true) && s.syncer != nil {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.syncer != nil {
 		s.syncer.close()
 	}
+	s.members.close()
 	return nil
 }
+
+// Instances returns the number of gateway instances sharing the Redis, as
+// this instance counts them: Config.Instances when set, and otherwise the
+// live count of the fleet's membership (see members). Shares and caps
+// divide by it.
+func (s *Store) Instances() int { return s.members.count() }
 
 // logLimiter lets one event through per interval and counts the rest.
 type logLimiter struct {

@@ -25,7 +25,7 @@ import (
 //
 //	allowance = g/n + rate × min(since, interval) − taken
 //
-// n being Config.Instances: its share of the fleet's tokens, and the
+// n being Store.Instances (the live count, or Config.Instances): its share of the fleet's tokens, and the
 // refill at the full rate (an instance that carries all the traffic gets
 // all of it). So within one interval the fleet admits at most
 // g + n × rate × interval where one bucket admits g + rate × interval,
@@ -37,6 +37,11 @@ import (
 // the fleet can take beyond the refill (debtCap); capped lower, at one
 // burst, the excess beyond the cap was forgiven every interval whenever
 // (n − 1) × rate × interval exceeded the burst.
+// n is the live count: in the heartbeat after an instance joins, the
+// others still divide g by one fewer, and the fleet may take burst/n more
+// (charged as debt: the cap allows for a fleet that doubles); an instance
+// that dies leaves what it took since its last reconciliation, at most
+// burst/n + rate × interval, uncharged once (see members).
 // With an even load the debt settles each instance at rate/n; with an
 // uneven one the idle instances' shares of g flow to the busy one over a
 // few intervals.
@@ -56,7 +61,6 @@ import (
 // A syncer is safe for concurrent use.
 type syncer struct {
 	s        *Store
-	n        float64   // Config.Instances
 	interval int64     // ns
 	epoch    time.Time // instant syncClockStart of clock
 	seed     maphash.Seed
@@ -88,7 +92,7 @@ func (y *syncer) decisions() uint64 {
 }
 
 func newSyncer(s *Store) *syncer {
-	y := &syncer{s: s, n: float64(s.cfg.Instances), interval: int64(s.cfg.SyncInterval),
+	y := &syncer{s: s, interval: int64(s.cfg.SyncInterval),
 		epoch: s.now(), seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range y.shards {
 		y.shards[i].m = map[ratelimit.BucketKey]*syncView{}
@@ -170,7 +174,7 @@ func (y *syncer) staleLocked(sh *syncShard, takes []ratelimit.Take, now int64) [
 	var stale []ratelimit.Take
 	for _, t := range takes {
 		v := sh.m[t.Key]
-		if v == nil || v.l != t.Limit || (v.stale(now, y.interval) && v.allowance(now, y.n, y.interval, t.Cost) < t.Cost) {
+		if v == nil || v.l != t.Limit || (v.stale(now, y.interval) && v.allowance(now, y.n(), y.interval, t.Cost) < t.Cost) {
 			stale = append(stale, t)
 		}
 	}
@@ -180,13 +184,13 @@ func (y *syncer) staleLocked(sh *syncShard, takes []ratelimit.Take, now int64) [
 // decideLocked decides takes into res, all or nothing, from their views,
 // which exist. sh.mu must be held.
 func (y *syncer) decideLocked(sh *syncShard, takes []ratelimit.Take, res []ratelimit.Result, now int64) {
-	all := true
+	all, n := true, y.n()
 	for i, t := range takes {
-		a := sh.m[t.Key].allowance(now, y.n, y.interval, t.Cost)
+		a := sh.m[t.Key].allowance(now, n, y.interval, t.Cost)
 		// With several instances the allowance is this instance's share,
 		// neither the bucket's tokens nor a bound on them (see Result):
 		// not for a client's headers.
-		res[i] = ratelimit.Result{Remaining: max(0, a), StateUnknown: y.n > 1}
+		res[i] = ratelimit.Result{Remaining: max(0, a), StateUnknown: n > 1}
 		if a < t.Cost {
 			all = false
 			res[i].RetryAfter = secondsToDuration((t.Cost - a) / t.Limit.Rate)
@@ -346,10 +350,16 @@ func (y *syncer) reconcileAll() {
 // debtCap is the most debt l's bucket may carry in Redis: what n
 // instances can take in one interval beyond the refill, n × (rate ×
 // interval + cost), with the cost at its largest, the burst (a take of
-// more is refused). It is at least one burst.
+// more is refused), and n doubled: a fleet that grows, until every
+// instance has counted the newcomers (see members), takes as if it were
+// that much larger, and its excess must be charged, not forgiven. It is
+// at least two bursts.
 func (y *syncer) debtCap(l ratelimit.Limit) float64 {
-	return y.n * (l.Rate*float64(y.interval)/1e9 + l.Burst)
+	return 2 * y.n() * (l.Rate*float64(y.interval)/1e9 + l.Burst)
 }
+
+// n is the number of instances sharing each bucket.
+func (y *syncer) n() float64 { return float64(y.s.Instances()) }
 
 // syncForget is how long a view may go unused before it is forgotten.
 const syncForget = 10 * time.Second

@@ -204,12 +204,12 @@ func (s *Store) fallback(takes []ratelimit.Take, res []ratelimit.Result, cause e
 	}
 	if len(takes) == 1 {
 		t := takes[0]
-		res[0] = s.local.TakeAt(s.local.Clock(), t.Key, localShare(t.Limit, t.Cost, s.cfg.Instances), t.Cost)
+		res[0] = s.local.TakeAt(s.local.Clock(), t.Key, localShare(t.Limit, t.Cost, s.Instances()), t.Cost)
 	} else {
 		shares := make([]ratelimit.Take, len(takes))
 		for i, t := range takes {
 			shares[i] = t
-			shares[i].Limit = localShare(t.Limit, t.Cost, s.cfg.Instances)
+			shares[i].Limit = localShare(t.Limit, t.Cost, s.Instances())
 		}
 		if err := s.local.TakeAllAt(s.local.Clock(), shares, res); err != nil { // checked: no duplicate
 			return out, err
@@ -218,7 +218,7 @@ func (s *Store) fallback(takes []ratelimit.Take, res []ratelimit.Result, cause e
 	// With several instances each holds a share: its tokens are not the
 	// quota's (see ratelimit.Result.StateUnknown).
 	for i := range res {
-		res[i].StateUnknown = s.cfg.Instances > 1
+		res[i].StateUnknown = s.Instances() > 1
 	}
 	return out, nil
 }

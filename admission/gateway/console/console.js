@@ -91,6 +91,7 @@ function drawPools() {
   if (!p) return;
   document.getElementById("adaptive-limit").textContent = p.adaptive ? fmt(p.adaptive.limit, 0) : "off";
   document.getElementById("adaptive-inflight").textContent = p.adaptive ? fmt(p.adaptive.in_flight, 0) + " in flight" : "";
+  document.getElementById("instances").textContent = p.instances ? fmt(p.instances, 0) : "–";
   document.getElementById("total-seats").textContent = p.total_seats ? fmt(p.total_seats, 0) : "–";
   const band = pr => {
     if (!pr) return "none";
