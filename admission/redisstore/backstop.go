@@ -17,16 +17,22 @@ import (
 //go:embed backstop.lua
 var backstopLua string
 
+//go:embed decay.lua
+var decayLua string
+
 // backstopKey is the fair global backstop's hash: the global tag, so one
 // slot on a cluster.
 const backstopKey = keyPrefix + globalTag + "}:fair"
 
-// backstopScript runs backstop.lua.
-var backstopScript = redis.NewScript(backstopLua)
+// backstopScript runs backstop.lua, with decay.lua.
+var backstopScript = redis.NewScript(decayLua + backstopLua)
 
-// TakeBackstop decides one request r at the fair global backstop l: one
-// script call on Redis within Timeout, through the breaker and the batches.
-// While Redis cannot answer, the failure policy decides: FailOpen admits,
+// TakeBackstop decides one request r at the fair global backstop l. In
+// exact mode it is one script call on Redis within Timeout, through the
+// breaker and the batches; in sync mode it is decided in process on this
+// instance's part of the backstop, reconciled every interval (see
+// syncBackstop). While Redis cannot answer (sync mode: before the first
+// reconciliation), the failure policy decides: FailOpen admits,
 // FailClosed returns an *UnavailableError, Local decides on an embedded
 // backstop of this instance's share of l.
 func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r fairshare.BackstopRequest) (fairshare.BackstopResult, error) {
@@ -36,14 +42,22 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r f
 	if s.closed.Load() {
 		return fairshare.BackstopResult{}, ErrClosed
 	}
-	res, _, err := s.evalBackstop(ctx, l, r)
+	var res fairshare.BackstopResult
+	var err error
+	if s.syncer != nil {
+		res, err = s.syncer.syncedBackstop(ctx).take(ctx, l, r)
+	} else {
+		res, _, err = s.evalBackstop(ctx, l, r)
+	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fairshare.BackstopResult{}, ctxErr
 		}
 		return s.backstopFallback(l, r, err)
 	}
-	s.stats.redis.Add(1)
+	if s.syncer == nil {
+		s.stats.redis.Add(1)
+	}
 	return res, nil
 }
 
@@ -149,6 +163,18 @@ func (s *Store) RelimitBackstop(ctx context.Context, l fairshare.BackstopLimit) 
 	}
 	if s.closed.Load() {
 		return ErrClosed
+	}
+	if s.syncer != nil {
+		// Sync mode's backstop: each shard's part of the bucket, under
+		// the part of the new limit.
+		b := s.syncer.syncedBackstop(ctx)
+		parts := float64(len(b.shards))
+		for _, sh := range b.shards {
+			if err := relimitScript.Run(ctx, s.client, []string{sh.bucket}, l.Rate/parts, l.Burst/parts).Err(); err != nil {
+				return fmt.Errorf("redisstore: relimit backstop: %w", err)
+			}
+		}
+		return nil
 	}
 	if err := backstopRelimitScript.Run(ctx, s.client, []string{backstopKey}, l.Rate, l.Burst).Err(); err != nil {
 		return fmt.Errorf("redisstore: relimit backstop: %w", err)

@@ -60,19 +60,12 @@ if now > last then
   last = now
 end
 
-local function decayed(v, at)
-  if now <= at then
-    return v
-  end
-  return v * math.exp(-(now - at) / 1e6 / tau)
-end
-
 local demand, admitted, at = 0, 0, now
 if st[2] then
   demand, admitted, at = struct.unpack('<dddd', st[2])
 end
-demand = decayed(demand, at) + cost / tau
-admitted = decayed(admitted, at)
+demand = decayed(demand, at, now, tau) + cost / tau
+admitted = decayed(admitted, at, now, tau)
 at = math.max(at, now)
 
 if now - levelAt >= every or now < levelAt or (tokens < cost and level < 0) then
@@ -87,7 +80,7 @@ if now - levelAt >= every or now < levelAt or (tokens < cost and level < 0) then
     local f = all[i]
     if f ~= field and string.sub(f, 1, 2) == 't:' then
       local d, _, a, w = struct.unpack('<dddd', all[i + 1])
-      d = decayed(d, a)
+      d = decayed(d, a, now, tau)
       if d < rate * 1e-6 then
         gone[#gone + 1] = f
       else
@@ -114,7 +107,7 @@ if now - levelAt >= every or now < levelAt or (tokens < cost and level < 0) then
   levelAt = now
 end
 
-local use = decayed(admitted, at)
+local use = decayed(admitted, at, now, tau)
 local share
 if level < 0 then
   share = shareOf * rate * weight / math.max(weights, weight)

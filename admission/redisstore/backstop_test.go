@@ -96,6 +96,14 @@ func TestBackstopSharedByInstances(t *testing.T) {
 		t.Errorf("light tenant: %d admitted, %d refused; want none refused", light, refused)
 	}
 
+	firstComeControl(t, stores, l)
+}
+
+// firstComeControl is the negative control of the backstop's tests: a
+// first-come bucket of l in the stores, squeezed, refuses the light
+// tenant.
+func firstComeControl(t *testing.T, stores []*Store, l fairshare.BackstopLimit) {
+	t.Helper()
 	firstCome := func(st *Store, tenant string) (bool, error) {
 		r, err := st.Take(context.Background(), ratelimit.BucketKey{Scope: "first-come"}, limitOf(l), 1)
 		return r.Allowed, err
@@ -105,7 +113,7 @@ func TestBackstopSharedByInstances(t *testing.T) {
 	}
 }
 
-// squeeze runs a heavy tenant flooding through every store and a light
+// squeeze runs a heavy tenant flooding through every store (six callers) and a light
 // one (20 requests a second) through the first, for 600 ms, and reports
 // what each was admitted and how often the light one was refused.
 func squeeze(t *testing.T, stores []*Store, take func(st *Store, tenant string) (bool, error)) (heavy, light, refusedLight int, elapsed time.Duration) {
@@ -126,6 +134,10 @@ func squeeze(t *testing.T, stores []*Store, take func(st *Store, tenant string) 
 					heavy++
 					mu.Unlock()
 				}
+				// Paced like requests (still a hundred times the rate):
+				// six goroutines spinning on two cores would starve the
+				// rest, sync mode's reconciliation among it.
+				time.Sleep(100 * time.Microsecond)
 			}
 		})
 	}

@@ -69,8 +69,8 @@ const (
 	// Redis every Config.SyncInterval: it pushes what it admitted and
 	// pulls the fleet's total. The fleet admits at most Instances ×
 	// (rate × SyncInterval + cost) beyond what Exact would, per bucket.
-	// The fair global backstop (TakeBackstop) stays exact: its fairness
-	// needs every tenant's demand in one place.
+	// The fair global backstop (TakeBackstop) is decided in process too,
+	// on shards reconciled every SyncInterval (see syncBackstop).
 	Sync
 )
 

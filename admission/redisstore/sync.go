@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -66,6 +65,9 @@ type syncer struct {
 	seed     maphash.Seed
 	shards   [syncShards]syncShard
 
+	backstopMu sync.Mutex
+	backstop   *syncBackstop // nil until the first backstop take
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -79,9 +81,16 @@ type syncShard struct {
 	_         [40]byte // keep shards on separate cache lines
 }
 
-// decisions returns the decisions made so far.
+// decisions returns the decisions made so far, the backstop's included.
 func (y *syncer) decisions() uint64 {
 	var n uint64
+	y.backstopMu.Lock()
+	if b := y.backstop; b != nil {
+		b.mu.Lock()
+		n += b.decisions
+		b.mu.Unlock()
+	}
+	y.backstopMu.Unlock()
 	for i := range y.shards {
 		sh := &y.shards[i]
 		sh.mu.Lock()
@@ -131,6 +140,7 @@ func (y *syncer) loop() {
 			return
 		case <-t.C:
 			y.reconcileAll()
+			y.reconcileBackstop()
 		}
 	}
 }
@@ -424,21 +434,3 @@ func (y *syncer) reconcileDeadline(buckets int) time.Duration {
 // reconcileCostPerBucket is an upper estimate of Redis's work on one
 // bucket of a reconciliation (sync.lua's load, debit and store).
 const reconcileCostPerBucket = 5 * time.Microsecond
-
-// decodeSync checks the shape of sync.lua's reply for n buckets, {a
-// little-endian double per bucket, µs}, and writes the buckets' tokens
-// into gs.
-func decodeSync(v any, gs []float64) error {
-	a, ok := v.([]any)
-	if !ok || len(a) != len(gs)+1 {
-		return fmt.Errorf("%w: sync: %T %v, want a %d-element array", errBadReply, v, v, len(gs)+1)
-	}
-	for i := range gs {
-		g, err := decodeDouble(a[i])
-		if err != nil {
-			return err
-		}
-		gs[i] = g
-	}
-	return nil
-}

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
@@ -70,4 +71,22 @@ func (v *syncView) settleLocked(pushed float64, seq uint64, g float64, ok bool, 
 	if seq > v.applied {
 		v.applied, v.g, v.syncedAt = seq, g, now
 	}
+}
+
+// decodeSync checks the shape of sync.lua's reply for n buckets, {a
+// little-endian double per bucket, µs}, and writes the buckets' tokens
+// into gs.
+func decodeSync(v any, gs []float64) error {
+	a, ok := v.([]any)
+	if !ok || len(a) != len(gs)+1 {
+		return fmt.Errorf("%w: sync: %T %v, want a %d-element array", errBadReply, v, v, len(gs)+1)
+	}
+	for i := range gs {
+		g, err := decodeDouble(a[i])
+		if err != nil {
+			return err
+		}
+		gs[i] = g
+	}
+	return nil
 }

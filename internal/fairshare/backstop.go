@@ -103,13 +103,14 @@ type BackstopRequest struct {
 	Class Class
 }
 
-// floorFor is how many tokens a request must leave in the bucket: −Burst
-// (the reserve) within its share, Class quarters of Burst above it.
-func floorFor(l BackstopLimit, within bool, c Class) float64 {
+// floorFor is how many tokens a request must leave in a bucket of range
+// burst: −burst (the reserve) within its share, Class quarters of burst
+// above it.
+func floorFor(burst float64, within bool, c Class) float64 {
 	if within {
-		return -l.Burst
+		return -burst
 	}
-	return float64(min(c, Sheddable)) * l.Burst / 4
+	return float64(min(c, Sheddable)) * burst / 4
 }
 
 // LevelEvery is how often, in fractions of Window, the fair level is
@@ -143,30 +144,50 @@ func (b *Backstop) Take(now int64, l BackstopLimit, r BackstopRequest) BackstopR
 	if now-b.levelAt >= int64(l.Window)/LevelEvery || now < b.levelAt || b.tokens < cost && math.IsInf(b.level, 1) {
 		b.recompute(now, l)
 	}
-	use := t.admitted.At(now, tau)
-	share := b.level * weight
-	if math.IsInf(share, 1) {
-		// Nobody is above share by the demands counted, which lag a
-		// flood that has just begun: until they show it, the reserve is
-		// for tenants within an even split.
-		share = ShareOf * l.Rate * weight / max(b.weights, weight)
-	}
-	res := BackstopResult{Use: use, Share: share}
-	res.WithinShare = use < share
-	floor := floorFor(l, res.WithinShare, r.Class)
-	if b.tokens-cost >= floor {
+	res := Judge(l, l.Burst, b.tokens, t.admitted.At(now, tau), ShareFor(l, b.level, b.weights, weight), r)
+	if res.Allowed {
 		b.tokens -= cost
 		t.admitted.Add(now, tau, cost)
-		res.Allowed = true
-	} else {
-		wait := (cost + floor - b.tokens) / l.Rate
-		if !res.WithinShare && share > 0 {
-			// Or until its own rate has decayed into its share.
-			wait = min(wait, tau*math.Log(use/share))
-		}
-		res.RetryAfter = time.Duration(math.Ceil(max(wait, 0) * 1e9))
 	}
 	res.Tokens = b.tokens
+	return res
+}
+
+// ShareFor is the fair share of a tenant of weight at level λ (the
+// weighted max-min level of ShareOf × Rate among the demands, over
+// tenants whose weights sum to weights): level × weight, or while nobody
+// is above share (level +Inf) an even split of ShareOf × Rate. The
+// demands lag a flood that has just begun: until they show it, the
+// reserve is for tenants within an even split.
+func ShareFor(l BackstopLimit, level, weights, weight float64) float64 {
+	if share := level * weight; !math.IsInf(share, 1) {
+		return share
+	}
+	return ShareOf * l.Rate * weight / max(weights, weight)
+}
+
+// Judge applies the backstop's rule to request r of a tenant whose recent
+// admitted rate is use and whose fair share is share, at a bucket that
+// holds tokens and whose range is burst (l.Burst for the one bucket; an
+// instance deciding on its part of a shared bucket passes its part): a
+// tenant within its share may take the bucket down to −burst, one above it
+// only down to its class's floor. It does not take: when Allowed, the
+// caller takes r.Cost from the bucket and counts it as admitted. Tokens
+// is what the bucket holds after the take.
+func Judge(l BackstopLimit, burst, tokens, use, share float64, r BackstopRequest) BackstopResult {
+	res := BackstopResult{Use: use, Share: share, WithinShare: use < share, Tokens: tokens}
+	floor := floorFor(burst, res.WithinShare, r.Class)
+	if tokens-r.Cost >= floor {
+		res.Allowed = true
+		res.Tokens -= r.Cost
+		return res
+	}
+	wait := (r.Cost + floor - tokens) / l.Rate
+	if !res.WithinShare && share > 0 {
+		// Or until its own rate has decayed into its share.
+		wait = min(wait, l.tau()*math.Log(use/share))
+	}
+	res.RetryAfter = time.Duration(math.Ceil(max(wait, 0) * 1e9))
 	return res
 }
 
