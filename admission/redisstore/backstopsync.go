@@ -71,6 +71,7 @@ type syncBackstop struct {
 	levelAt     int64
 	synced      bool   // a reconciliation has succeeded
 	decisions   uint64 // made here
+	lastUse     int64  // clock of the last take
 	scratch     []fairshare.Demand
 }
 
@@ -176,6 +177,7 @@ func (b *syncBackstop) take(ctx context.Context, l fairshare.BackstopLimit, r fa
 	}
 	t.weight = r.Weight
 	t.asked += r.Cost
+	b.lastUse = now
 	tokens := b.tokensLocked(now, n)
 	if now-b.levelAt >= int64(l.Window)/fairshare.LevelEvery || tokens < r.Cost && math.IsInf(b.level, 1) {
 		b.recomputeLocked(now, n)
@@ -415,12 +417,22 @@ func decodeBackstopSync(v any) (float64, []backstopRow, error) {
 }
 
 // reconcileBackstop runs the backstop's reconciliation of one interval,
-// if the backstop is in use.
+// if the backstop was used in the last two.
 func (y *syncer) reconcileBackstop() {
 	y.backstopMu.Lock()
 	b := y.backstop
 	y.backstopMu.Unlock()
-	if b != nil {
+	if b == nil {
+		return
+	}
+	// An idle backstop costs Redis nothing: after two intervals without
+	// a take there is nothing to push, and the next take finds the shards
+	// stale (each part a local one, up to burst/(S n)) until the next
+	// interval reconciles them.
+	b.mu.Lock()
+	idle := y.clock()-b.lastUse > 2*y.interval
+	b.mu.Unlock()
+	if !idle {
 		_ = b.reconcile(context.Background())
 	}
 }

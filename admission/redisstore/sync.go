@@ -46,8 +46,11 @@ import (
 // few intervals.
 //
 // A reconciliation pushes what was taken and pulls g (sync.lua). The
-// background loop reconciles every view taken from or asked in the last
-// two intervals, so views in use stay fresh off the request path. A view
+// background loop reconciles every view taken from since the last
+// reconciliation, or short of a take in the last two intervals (a tenant
+// over its quota learns when its tokens are back), so views in use stay
+// fresh off the request path, and Redis's work per decision falls as the
+// decisions per bucket and interval grow. A view
 // older than that (asked seldom, or Redis too slow to keep up) is stale:
 // its share of g no longer counts, only the refill since, and a take that
 // needs more reconciles it first, as one batched script call; so does the
@@ -209,6 +212,9 @@ func (y *syncer) decideLocked(sh *syncShard, takes []ratelimit.Take, res []ratel
 	for i, t := range takes {
 		v := sh.m[t.Key]
 		v.lastUse = now
+		if !all && res[i].RetryAfter > 0 {
+			v.lastShort = now
+		}
 		if all {
 			v.taken += t.Cost
 			res[i].Allowed = true
@@ -286,9 +292,15 @@ func (y *syncer) reconcileAll() {
 		sh.mu.Lock()
 		for k, v := range sh.m {
 			switch {
-			case v.taken > 0 || now-v.lastUse <= 2*y.interval:
-				// Taken from, or asked lately: kept fresh here, off
-				// the request path.
+			case v.taken > 0 || now-v.lastShort <= 2*y.interval:
+				// Taken from since the last push, or short lately:
+				// kept fresh here, off the request path. A view only
+				// asked and admitted needs nothing more: what it took
+				// is pushed at the next interval, and a stale view
+				// still admits one interval's refill before a take
+				// reconciles it. So a bucket costs Redis a call per
+				// interval in which it was taken from, not one per
+				// interval for two after every take.
 				amount, seq := v.pushLocked()
 				items = append(items, item{k: k, v: v, amount: amount, seq: seq})
 			case v.pushing == 0 && now-v.lastUse > max(int64(syncForget), 10*y.interval):

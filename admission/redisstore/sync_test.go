@@ -323,3 +323,42 @@ func TestReconciliationFailuresLeaveTheBreaker(t *testing.T) {
 		t.Errorf("91 of 100 tokens after 10 takes: %+v %+v %v; want refused by Redis (the takes pushed)", r, out, err)
 	}
 }
+
+// TestSyncReconcilesWhatChanged: a bucket costs Redis one reconciliation
+// per interval in which it was taken from, and none while idle. A tenant
+// asking once every five intervals is reconciled once per take (when
+// every view asked in the last two intervals was reconciled, two or three
+// times), and not at all once it stops.
+func TestSyncReconcilesWhatChanged(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const interval = 20 * time.Millisecond
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) {
+		c.Mode, c.SyncInterval, c.Heartbeat = Sync, interval, time.Hour // no heartbeats in the count
+	}, Options{})
+	k := ratelimit.BucketKey{Tenant: "seldom"}
+	ctx := context.Background()
+	if _, _, err := s.Decide(ctx, k, bigLimit, 1); err != nil { // the first take reconciles on the request path
+		t.Fatal(err)
+	}
+	time.Sleep(3 * interval)
+	before := scriptCalls(t, srv)
+	const takes = 10
+	for range takes {
+		if _, _, err := s.Decide(ctx, k, bigLimit, 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * interval)
+	}
+	busy := scriptCalls(t, srv) - before
+	time.Sleep(10 * interval)
+	idle := scriptCalls(t, srv) - before - busy
+	t.Logf("%d takes, one every 5 intervals: %d reconciliations; then %d while idle for 10 intervals", takes, busy, idle)
+	// A take late in an interval may be pushed in the next one, and a
+	// tick may come late: one extra in all.
+	if busy > takes+1 {
+		t.Errorf("%d reconciliations for %d takes, want at most one each", busy, takes)
+	}
+	if idle > 0 {
+		t.Errorf("%d reconciliations of an idle bucket", idle)
+	}
+}

@@ -10,14 +10,15 @@ import (
 // syncView is a bucket as this instance sees it. Guarded by its shard's
 // mu.
 type syncView struct {
-	l        ratelimit.Limit
-	g        float64 // the fleet's tokens at the last reconciliation
-	syncedAt int64   // clock of the last reconciliation; 0: never
-	seq      uint64  // reconciliations sent; replies older than applied are ignored
-	applied  uint64
-	taken    float64 // taken since the last push
-	pushing  float64 // taken, pushed, not yet acknowledged
-	lastUse  int64   // clock of the last take
+	l         ratelimit.Limit
+	g         float64 // the fleet's tokens at the last reconciliation
+	syncedAt  int64   // clock of the last reconciliation; 0: never
+	seq       uint64  // reconciliations sent; replies older than applied are ignored
+	applied   uint64
+	taken     float64 // taken since the last push
+	pushing   float64 // taken, pushed, not yet acknowledged
+	lastUse   int64   // clock of the last take
+	lastShort int64   // clock of the last take refused for want of tokens
 }
 
 // allowance is what this instance may still take from v at now (see
