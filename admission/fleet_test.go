@@ -1,10 +1,14 @@
 package admission
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // fleetStore is an embedded store that says n instances share it, as the
@@ -42,5 +46,50 @@ func TestCapsFollowTheFleet(t *testing.T) {
 		if got := g.PoolsState().Instances; got != tc.instances {
 			t.Errorf("%d instances: the console says %d", tc.instances, got)
 		}
+	}
+}
+
+// modeRecorder is an embedded store that records the modes of each
+// TakeAll's takes.
+type modeRecorder struct {
+	*ratelimit.MemoryStore
+	modes [][]ratelimit.Mode
+}
+
+func (s *modeRecorder) TakeAll(ctx context.Context, takes []ratelimit.Take) ([]ratelimit.Result, error) {
+	var m []ratelimit.Mode
+	for _, t := range takes {
+		m = append(m, t.Mode)
+	}
+	s.modes = append(s.modes, m)
+	return s.MemoryStore.TakeAll(ctx, takes)
+}
+
+// TestModesReachTheStore: a tier's mode goes with its tenant's own and
+// group buckets, each limit's with its bucket (per-limit mode), and a tier
+// that sets a mode but has no group or limit still goes by TakeAll, the
+// call that carries it.
+func TestModesReachTheStore(t *testing.T) {
+	store := &modeRecorder{MemoryStore: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})}
+	tenants := testTenants(5)
+	starter := tenants.Tiers["starter"]
+	starter.Mode = tenant.ModeSync
+	starter.Limits = []tenant.LimitConfig{{Name: "daily", Burst: 1000, Per: 24 * time.Hour, Mode: tenant.ModeExact}, {Name: "second", Burst: 50, Rate: 10}}
+	tenants.Tiers["starter"] = starter
+	enterprise := tenants.Tiers["enterprise"]
+	enterprise.Mode = tenant.ModeExact
+	tenants.Tiers["enterprise"] = enterprise
+	g, err := New(testConfig(), testRegistryOf(t, tenants), Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, g, req("start-key", "POST", "/api/v1/reports/export"))
+	check(t, g, req("ent-key", "GET", "/api/v1/search"))
+	want := [][]ratelimit.Mode{
+		{ratelimit.ModeSync, ratelimit.ModeSync, ratelimit.ModeExact, ratelimit.ModeStore}, // own, group, daily, second
+		{ratelimit.ModeExact},
+	}
+	if fmt.Sprint(store.modes) != fmt.Sprint(want) {
+		t.Errorf("modes %v, want %v", store.modes, want)
 	}
 }

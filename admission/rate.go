@@ -76,7 +76,7 @@ func (g *Gate) takeQuotas(ctx context.Context, c *compiled, d *Decision) error {
 	t, r := d.Tenant, d.Route
 	gq, grouped := t.Groups[r.Group]
 	grouped = grouped && r.Group != ""
-	if ms, ok := g.store.(ratelimit.MultiStore); ok && (grouped || len(t.Limits) > 0) {
+	if ms, ok := g.store.(ratelimit.MultiStore); ok && (grouped || len(t.Limits) > 0 || t.Mode != tenant.ModeStore) {
 		return g.takeAll(ctx, c, ms, d, gq, grouped)
 	}
 	if grouped {
@@ -209,16 +209,17 @@ func backstopClass(p shed.Priority) ratelimit.BackstopClass {
 func (g *Gate) takeAll(ctx context.Context, c *compiled, ms ratelimit.MultiStore, d *Decision, gq tenant.Quota, grouped bool) error {
 	t, r := d.Tenant, d.Route
 	var takes [MaxQuotas]ratelimit.Take
-	takes[0] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID}, Limit: ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}, Cost: r.Cost}
+	mode := storeMode(t.Mode)
+	takes[0] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID}, Limit: ratelimit.Limit{Rate: t.Rate, Burst: t.Burst}, Cost: r.Cost, Mode: mode}
 	n := 1
 	if grouped {
-		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, Limit: ratelimit.Limit{Rate: gq.Rate, Burst: gq.Burst}, Cost: r.Cost}
+		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: r.Group}, Limit: ratelimit.Limit{Rate: gq.Rate, Burst: gq.Burst}, Cost: r.Cost, Mode: mode}
 		n++
 	}
 	firstLimit := n
 	scopes := c.limitScopes[t]
 	for i, l := range t.Limits {
-		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: scopes[i]}, Limit: ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}, Cost: r.Cost}
+		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: scopes[i]}, Limit: ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}, Cost: r.Cost, Mode: storeMode(l.Mode)}
 		n++
 	}
 	var start time.Time
@@ -287,4 +288,15 @@ func (g *Gate) logShadow(ctx context.Context, d *Decision, retry time.Duration) 
 // what shadow mode covers.
 func (r Reason) quota() bool {
 	return r == ReasonTenantQuota || r == ReasonGroupQuota || r == ReasonLimitQuota
+}
+
+// storeMode is m for the store.
+func storeMode(m tenant.Mode) ratelimit.Mode {
+	switch m {
+	case tenant.ModeExact:
+		return ratelimit.ModeExact
+	case tenant.ModeSync:
+		return ratelimit.ModeSync
+	}
+	return ratelimit.ModeStore
 }

@@ -57,6 +57,11 @@ type TierConfig struct {
 	// them and from its own bucket at once, all or nothing. Empty means
 	// none; at most MaxLimits.
 	Limits []LimitConfig `yaml:"limits"`
+	// Mode is how the tier's own and group buckets use a shared store
+	// (Redis): "exact", "sync", or empty for the store's mode
+	// (redis.mode). A limit may set its own. The embedded store decides
+	// every bucket in process, whatever the mode.
+	Mode Mode `yaml:"mode"`
 	// Shadow puts the tier's rate quotas (the tenant's bucket, its group
 	// buckets and its limits) in shadow mode: they decide and take tokens
 	// as usual, but a request they would refuse is admitted and counted
@@ -80,15 +85,35 @@ type LimitConfig struct {
 	// Per is the time the bucket takes to refill from empty: the rate is
 	// Burst/Per. At least a millisecond, at most MaxRefill seconds.
 	Per time.Duration `yaml:"per"`
+	// Mode is how this bucket uses a shared store, as TierConfig.Mode:
+	// a daily quota may stay exact while a per-second burst limit syncs.
+	// Empty means the store's mode (not the tier's).
+	Mode Mode `yaml:"mode"`
 }
+
+// Mode is how a bucket uses a shared store (Redis): ModeStore, the
+// store's own mode, ModeExact (a script call a decision) or ModeSync
+// (decided in process, reconciled every sync_interval).
+type Mode string
+
+// The modes.
+const (
+	ModeStore Mode = ""
+	ModeExact Mode = "exact"
+	ModeSync  Mode = "sync"
+)
+
+// valid reports whether m is one of the modes.
+func (m Mode) valid() bool { return m == ModeStore || m == ModeExact || m == ModeSync }
 
 // MaxLimits is the most buckets a tier's or a tenant's limits may list.
 const MaxLimits = 4
 
-// Limit is a LimitConfig resolved: a named quota.
+// Limit is a LimitConfig resolved: a named quota, and its mode.
 type Limit struct {
 	Name string
 	Quota
+	Mode Mode
 }
 
 // Resolve returns l as a Limit: its Per turned into a rate.
@@ -97,7 +122,7 @@ func (l LimitConfig) Resolve() Limit {
 	if l.Per > 0 {
 		q.Rate = l.Burst / l.Per.Seconds()
 	}
-	return Limit{Name: l.Name, Quota: q}
+	return Limit{Name: l.Name, Quota: q, Mode: l.Mode}
 }
 
 // validateLimits checks a tier's or a tenant's limits, each named by its
@@ -121,6 +146,9 @@ func validateLimits(path string, ls []LimitConfig, groups map[string]Quota) erro
 			errs = append(errs, fmt.Errorf("%s.name: duplicate limit %q: also %s[%d]", f, l.Name, path, j))
 		}
 		seen[l.Name] = i
+		if !l.Mode.valid() {
+			errs = append(errs, fmt.Errorf("%s.mode: must be exact or sync (or absent: the store's mode), got %q", f, clip(string(l.Mode))))
+		}
 		switch {
 		case l.Rate != 0 && l.Per != 0:
 			errs = append(errs, fmt.Errorf("%s: set rate or per, not both", f))
@@ -237,6 +265,9 @@ func (c *Config) Validate() error {
 		}
 		if t.MaxConcurrent < 0 {
 			bad(f+".max_concurrent", "must be >= 0 (0 means no cap)")
+		}
+		if !t.Mode.valid() {
+			bad(f+".mode", "must be exact or sync (or absent: the store's mode), got %q", clip(string(t.Mode)))
 		}
 		if t.Rank < 0 || t.Rank > MaxRank {
 			bad(f+".rank", "must be in [0, %d]", MaxRank)

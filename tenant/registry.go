@@ -32,6 +32,9 @@ type Tenant struct {
 	// Limits are the further buckets its requests are charged to with
 	// its own, all or nothing (the tenant's limits, else its tier's).
 	Limits []Limit
+	// Mode is how its own and group buckets use a shared store (the
+	// tier's); each limit has its own.
+	Mode Mode
 	// Shadow is true when its rate quotas decide without refusing
 	// (the tenant's shadow, else its tier's).
 	Shadow bool
@@ -92,7 +95,7 @@ func NewRegistry(c Config) (*Registry, error) {
 		for _, l := range ls {
 			t.Limits = append(t.Limits, l.Resolve())
 		}
-		t.Shadow, t.Exempt = tier.Shadow, tc.Exempt
+		t.Shadow, t.Exempt, t.Mode = tier.Shadow, tc.Exempt, tier.Mode
 		if tc.Shadow != nil {
 			t.Shadow = *tc.Shadow
 		}

@@ -66,6 +66,8 @@ func TestValidateNamesTheField(t *testing.T) {
 			proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: time.Hour}, LimitConfig{Name: "daily", Burst: 5, Rate: 1})
 		}, `tiers.pro.limits[1].name: duplicate limit "daily": also tiers.pro.limits[0]`},
 		{"too many limits", func(c *Config) { proLimits(c, make([]LimitConfig, MaxLimits+1)...) }, "tiers.pro.limits: 5 limits; at most 4"},
+		{"tier mode", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Mode: "fast"} }, `tiers.pro.mode: must be exact or sync (or absent: the store's mode), got "fast"`},
+		{"limit mode", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: time.Hour, Mode: "Sync"}) }, `tiers.pro.limits[0].mode: must be exact or sync`},
 		{"tenant limit", func(c *Config) { c.Tenants[0].Limits = []LimitConfig{{Name: "daily", Burst: 10, Per: -time.Hour}} }, "tenants[0] (globex).limits[0].per: must be at least 1ms"},
 	}
 	for _, tt := range tests {
@@ -91,13 +93,14 @@ func proLimits(c *Config, ls ...LimitConfig) {
 	c.Tiers["pro"] = tc
 }
 
-// TestLimitsAndShadowResolved: a tenant has its tier's limits and shadow
-// mode unless its own entry sets them; per becomes a rate.
+// TestLimitsAndShadowResolved: a tenant has its tier's limits, shadow
+// mode and store mode unless its own entry sets them; per becomes a rate,
+// and each limit keeps its own store mode.
 func TestLimitsAndShadowResolved(t *testing.T) {
 	c := validConfig()
-	proLimits(&c, LimitConfig{Name: "daily", Burst: 86400, Per: 24 * time.Hour}, LimitConfig{Name: "per-second", Burst: 100, Rate: 20})
+	proLimits(&c, LimitConfig{Name: "daily", Burst: 86400, Per: 24 * time.Hour, Mode: ModeExact}, LimitConfig{Name: "per-second", Burst: 100, Rate: 20, Mode: ModeSync})
 	tc := c.Tiers["pro"]
-	tc.Shadow = true
+	tc.Shadow, tc.Mode = true, ModeSync
 	c.Tiers["pro"] = tc
 	off := false
 	c.Tenants = append(c.Tenants, TenantConfig{ID: "hooli", Tier: "pro", APIKeysSHA256: []string{HashKey("k3")},
@@ -107,8 +110,8 @@ func TestLimitsAndShadowResolved(t *testing.T) {
 		t.Fatal(err)
 	}
 	globex, _ := reg.ByID("globex")
-	want := []Limit{{Name: "daily", Quota: Quota{Rate: 1, Burst: 86400}}, {Name: "per-second", Quota: Quota{Rate: 20, Burst: 100}}}
-	if !slices.Equal(globex.Limits, want) || !globex.Shadow {
+	want := []Limit{{Name: "daily", Quota: Quota{Rate: 1, Burst: 86400}, Mode: ModeExact}, {Name: "per-second", Quota: Quota{Rate: 20, Burst: 100}, Mode: ModeSync}}
+	if !slices.Equal(globex.Limits, want) || !globex.Shadow || globex.Mode != ModeSync {
 		t.Fatalf("globex: limits %+v shadow %v, want %+v and shadow", globex.Limits, globex.Shadow, want)
 	}
 	hooli, _ := reg.ByID("hooli")

@@ -83,7 +83,22 @@ type Take struct {
 	Key   BucketKey
 	Limit Limit
 	Cost  float64
+	// Mode is how a shared store decides this bucket (ModeStore: as it
+	// is configured to); a store that decides every bucket in process
+	// ignores it.
+	Mode Mode
 }
+
+// Mode is how a shared store decides a take's bucket.
+type Mode uint8
+
+// The modes: the store's own, exact (the bucket in the store, asked per
+// decision), or sync (decided in process, reconciled periodically).
+const (
+	ModeStore Mode = iota
+	ModeExact
+	ModeSync
+)
 
 // MultiStore takes from several buckets at once, all or nothing: the rate
 // layer's one call for a request that several buckets limit (a route

@@ -44,7 +44,7 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r f
 	}
 	var res fairshare.BackstopResult
 	var err error
-	if s.syncer != nil {
+	if s.cfg.Mode == Sync {
 		res, err = s.syncer.syncedBackstop(ctx).take(ctx, l, r)
 	} else {
 		res, _, err = s.evalBackstop(ctx, l, r)
@@ -55,7 +55,7 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r f
 		}
 		return s.backstopFallback(l, r, err)
 	}
-	if s.syncer == nil {
+	if s.cfg.Mode != Sync {
 		s.stats.redis.Add(1)
 	}
 	return res, nil
@@ -164,7 +164,7 @@ func (s *Store) RelimitBackstop(ctx context.Context, l fairshare.BackstopLimit) 
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	if s.syncer != nil {
+	if s.cfg.Mode == Sync {
 		// Sync mode's backstop: each shard's part of the bucket, under
 		// the part of the new limit.
 		b := s.syncer.syncedBackstop(ctx)

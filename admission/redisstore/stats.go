@@ -32,10 +32,7 @@ type stats struct {
 // Stats returns the Store's counters now.
 func (s *Store) Stats() Stats {
 	st := &s.stats
-	var synced uint64
-	if s.syncer != nil {
-		synced = s.syncer.decisions()
-	}
+	synced := s.syncer.decisions()
 	return Stats{
 		Redis: st.redis.Load(), DenyCache: st.denyCache.Load(), Policy: st.policy.Load(), Sync: synced,
 		Overloaded:   st.overloaded.Load(),

@@ -44,7 +44,7 @@ type Store struct {
 	breakers  map[string]BreakerState
 	deny      *denyCache             // nil when the denial cache is disabled
 	local     *ratelimit.MemoryStore // nil unless the policy is Local
-	syncer    *syncer                // nil unless the mode is Sync
+	syncer    *syncer                // sync mode's views, and those of limits that sync
 	members   *members
 	epoch     time.Time // the origin of lanes' failure instants
 	now       func() time.Time
@@ -123,9 +123,9 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 	}
 	cancel()
 	s.members = newMembers(s)
-	if cfg.Mode == Sync {
-		s.syncer = newSyncer(s)
-	}
+	// In exact mode too: a limit may choose sync (ratelimit.ModeSync).
+	// Without views its loop has nothing to do.
+	s.syncer = newSyncer(s)
 	return s, nil
 }
 
@@ -367,9 +367,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	if s.syncer != nil {
-		s.syncer.close()
-	}
+	s.syncer.close()
 	s.members.close()
 	return nil
 }

@@ -11,7 +11,8 @@
 --          cluster, where keys of one call must share a slot)
 -- ARGV[4i-3], ARGV[4i-2], ARGV[4i-1], ARGV[4i]
 --          bucket i's rate (tokens per second, > 0), burst (tokens, > 0),
---          used: tokens this instance took since its last sync (>= 0),
+--          used: tokens this instance took since its last sync (negative
+--          when more was given back than taken),
 --          and debt: the most the bucket may go below zero (>= burst)
 --
 -- Reply: {tokens of bucket 1 after the debit, ..., tokens of bucket n
@@ -26,8 +27,10 @@ for i = 1, #KEYS do
   local used = tonumber(ARGV[4 * i - 1])
   local debt = tonumber(ARGV[4 * i])
   local tokens, last, expires = load(KEYS[i], rate, burst, now)
-  if used > 0 then
-    tokens = math.max(tokens - used, -debt)
+  if used ~= 0 then
+    -- A negative used gives back tokens taken and then undone (an exact
+    -- bucket of the same request refused).
+    tokens = math.min(burst, math.max(tokens - used, -debt))
     store(KEYS[i], tokens, last, now, rate, burst, expires)
   end
   reply[i] = struct.pack('<d', tokens)

@@ -362,3 +362,59 @@ func TestSyncReconcilesWhatChanged(t *testing.T) {
 		t.Errorf("%d reconciliations of an idle bucket", idle)
 	}
 }
+
+// TestPerLimitMode: in an exact-mode store a limit may sync, and in a
+// sync-mode store a limit may stay exact (ratelimit.Take.Mode): a tight
+// daily quota exact, a per-second burst limit in process. One TakeAll of
+// both stays all or nothing: a take the exact bucket refuses gives the
+// synced bucket its tokens back, so after 8 requests of which the exact
+// bucket (5 tokens) admits 5, the synced bucket (100) was charged 5.
+func TestPerLimitMode(t *testing.T) {
+	for _, storeMode := range []Mode{Exact, Sync} {
+		t.Run(storeMode.String(), func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			const interval = 20 * time.Millisecond
+			s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Mode, c.SyncInterval = storeMode, interval }, Options{})
+			tenant := "per-limit-" + storeMode.String()
+			daily := ratelimit.Take{Key: ratelimit.BucketKey{Tenant: tenant, Scope: "daily"}, Limit: ratelimit.Limit{Rate: 0.001, Burst: 5}, Cost: 1, Mode: ratelimit.ModeExact}
+			burst := ratelimit.Take{Key: ratelimit.BucketKey{Tenant: tenant, Scope: "burst"}, Limit: ratelimit.Limit{Rate: 0.001, Burst: 100}, Cost: 1, Mode: ratelimit.ModeSync}
+			ctx := context.Background()
+			admitted := 0
+			for i := range 8 {
+				res, out, err := s.DecideAll(ctx, []ratelimit.Take{burst, daily})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out.Source == FromPolicy {
+					t.Fatalf("request %d decided by the policy", i)
+				}
+				if res[0].Allowed != res[1].Allowed {
+					t.Fatalf("request %d: not all or nothing: %+v", i, res)
+				}
+				if res[0].Allowed {
+					admitted++
+				}
+			}
+			if admitted != 5 {
+				t.Errorf("admitted %d of 8, want 5 (the exact daily quota)", admitted)
+			}
+			// The synced bucket reaches Redis within an interval or two;
+			// read it exactly: 95 tokens are left, not 92.
+			time.Sleep(4 * interval)
+			exact := newTestStore(t, []string{srv.Addr()}, nil, Options{})
+			probe := burst
+			probe.Mode, probe.Cost = ratelimit.ModeExact, 95
+			if r, _, err := exact.Decide(ctx, probe.Key, probe.Limit, probe.Cost); err != nil || !r.Allowed {
+				t.Errorf("95 tokens from the synced bucket after 5 admissions: %+v %v; the refused takes were charged", r, err)
+			}
+			if r, _, _ := exact.Decide(ctx, probe.Key, probe.Limit, 1); r.Allowed {
+				t.Errorf("a 96th token from the synced bucket after 5 admissions: the admitted takes were not charged")
+			}
+			// The exact one's decisions went to Redis, the synced one's not:
+			// 8 exact decisions (5 admitted, 3 refused, maybe cached).
+			if st := s.Stats(); st.Sync < 8 {
+				t.Errorf("stats %+v: want the synced bucket's 8 decisions in process", st)
+			}
+		})
+	}
+}

@@ -60,9 +60,86 @@ func (s *Store) decide(ctx context.Context, takes []ratelimit.Take, res []rateli
 	if s.closed.Load() {
 		return Outcome{}, ErrClosed
 	}
-	if s.syncer != nil {
-		return s.syncer.decide(ctx, takes, res)
+	synced := 0
+	for _, t := range takes {
+		if s.synced(t) {
+			synced++
+		}
 	}
+	switch synced {
+	case len(takes):
+		return s.syncer.decide(ctx, takes, res)
+	case 0:
+		return s.decideExact(ctx, takes, res)
+	}
+	return s.decideMixed(ctx, takes, res)
+}
+
+// synced reports whether t's bucket is decided in sync mode: its own
+// mode, or else the store's.
+func (s *Store) synced(t ratelimit.Take) bool {
+	switch t.Mode {
+	case ratelimit.ModeExact:
+		return false
+	case ratelimit.ModeSync:
+		return true
+	}
+	return s.cfg.Mode == Sync
+}
+
+// decideMixed decides takes of which some are synced and some exact
+// (per-limit modes), all or nothing: the synced ones first, in process
+// (refused there, Redis is not asked), then the exact ones on Redis; when
+// those are refused or cannot be decided, the synced takes are given back.
+func (s *Store) decideMixed(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (Outcome, error) {
+	var synced, exact []ratelimit.Take
+	var syncedAt, exactAt []int
+	for i, t := range takes {
+		if s.synced(t) {
+			synced, syncedAt = append(synced, t), append(syncedAt, i)
+		} else {
+			exact, exactAt = append(exact, t), append(exactAt, i)
+		}
+	}
+	sres, eres := make([]ratelimit.Result, len(synced)), make([]ratelimit.Result, len(exact))
+	out, err := s.syncer.decide(ctx, synced, sres)
+	if err != nil {
+		return out, err
+	}
+	for j, i := range syncedAt {
+		res[i] = sres[j]
+	}
+	if !sres[0].Allowed {
+		for _, i := range exactAt {
+			res[i] = ratelimit.Result{StateUnknown: true} // not asked
+		}
+		return out, nil
+	}
+	eout, err := s.decideExact(ctx, exact, eres)
+	if err == nil && eres[0].Allowed {
+		for j, i := range exactAt {
+			res[i] = eres[j]
+		}
+		return eout, nil
+	}
+	if out.Source == FromSync {
+		s.syncer.giveBack(synced)
+	}
+	if err != nil {
+		return eout, err
+	}
+	for j, i := range exactAt {
+		res[i] = eres[j]
+	}
+	for j, i := range syncedAt {
+		res[i] = ratelimit.Result{Remaining: sres[j].Remaining + synced[j].Cost, StateUnknown: sres[j].StateUnknown}
+	}
+	return eout, nil
+}
+
+// decideExact decides takes on Redis (or the denial cache, or the
+// failure policy).
+func (s *Store) decideExact(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (Outcome, error) {
 	var dk denyKey
 	lead := false
 	if s.deny != nil {
