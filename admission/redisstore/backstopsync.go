@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -187,7 +188,7 @@ func (b *syncBackstop) take(ctx context.Context, l fairshare.BackstopLimit, r fa
 	// seen yet, and a flood spread over n instances would otherwise look
 	// within its share n times as long, each instance lending it its part
 	// of the reserve.
-	use := t.admitted*decay(now-t.at, tau) + n*(t.took+t.pushTook)/tau
+	use := t.admitted*fairshare.Decay(now-t.at, tau) + n*(t.took+t.pushTook)/tau
 	res := fairshare.Judge(l, l.Burst/n, tokens, use, fairshare.ShareFor(l, b.level, b.weights, r.Weight), r)
 	b.decisions++
 	if res.Allowed {
@@ -198,15 +199,6 @@ func (b *syncBackstop) take(ctx context.Context, l fairshare.BackstopLimit, r fa
 		}
 	}
 	return res, nil
-}
-
-// decay is the factor by which a rate of time constant tau (s) falls over
-// d ns.
-func decay(d int64, tau float64) float64 {
-	if d <= 0 {
-		return 1
-	}
-	return math.Exp(-float64(d) / 1e9 / tau)
 }
 
 // shardOf returns the shard of tenant: the same on every instance (FNV-1a
@@ -244,7 +236,7 @@ func (b *syncBackstop) recomputeLocked(now int64, n float64) {
 	ds := b.scratch[:0]
 	b.weights = 0
 	for id, t := range b.tenants {
-		d := t.demand*decay(now-t.at, tau) + n*(t.asked+t.pushAsked)/tau // as use, in take
+		d := t.demand*fairshare.Decay(now-t.at, tau) + n*(t.asked+t.pushAsked)/tau // as use, in take
 		if d < b.l.Rate*1e-6 {
 			if t.asked == 0 && t.pushAsked == 0 && t.took == 0 && t.pushTook == 0 {
 				delete(b.tenants, id)
@@ -327,7 +319,7 @@ func (b *syncBackstop) reconcile(ctx context.Context) error {
 			g, rows, err = decodeBackstopSync(replies[i])
 		}
 		if err != nil {
-			firstErr = cmpOr(firstErr, err)
+			firstErr = cmp.Or(firstErr, err)
 			sh.taken += pushes[i].amount // pushed again next time
 			// The tenants' rates only weigh fairness and decay within a
 			// window: what was not pushed is kept here, in the rates as
@@ -337,7 +329,7 @@ func (b *syncBackstop) reconcile(ctx context.Context) error {
 			tau := l.Window.Seconds()
 			for _, id := range pushes[i].ids {
 				if t := b.tenants[id]; t != nil {
-					k := decay(now-t.at, tau)
+					k := fairshare.Decay(now-t.at, tau)
 					t.demand, t.admitted, t.at = t.demand*k+t.pushAsked/tau, t.admitted*k+t.pushTook/tau, now
 					t.pushAsked, t.pushTook = 0, 0
 				}
@@ -371,14 +363,6 @@ func (b *syncBackstop) reconcile(ctx context.Context) error {
 	b.synced = true
 	b.recomputeLocked(now, n)
 	return nil
-}
-
-// cmpOr returns a unless it is nil, and then b.
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // backstopRow is one tenant in a shard's reply.

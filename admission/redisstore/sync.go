@@ -176,21 +176,6 @@ func (y *syncer) decide(ctx context.Context, takes []ratelimit.Take, res []ratel
 	}
 }
 
-// giveBack returns takes, decided in process and then undone (an exact
-// bucket of the same TakeAll refused): what they took is taken back, and
-// the next push carries the difference (it may be negative: sync.lua
-// credits it).
-func (y *syncer) giveBack(takes []ratelimit.Take) {
-	sh := &y.shards[y.shard(takes[0].Key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for _, t := range takes {
-		if v := sh.m[t.Key]; v != nil {
-			v.taken -= t.Cost
-		}
-	}
-}
-
 // errViewChanged is the cause of a policy decision whose views were
 // replaced (a reload changed the limit) while it reconciled them.
 var errViewChanged = errors.New("redisstore: sync: views changed while reconciling")

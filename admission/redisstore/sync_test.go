@@ -374,7 +374,11 @@ func TestPerLimitMode(t *testing.T) {
 		t.Run(storeMode.String(), func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			const interval = 20 * time.Millisecond
-			s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Mode, c.SyncInterval = storeMode, interval }, Options{})
+			// A long timeout: this is about the modes, not a loaded
+			// machine's round trips.
+			s := newTestStore(t, []string{srv.Addr()}, func(c *Config) {
+				c.Mode, c.SyncInterval, c.Timeout = storeMode, interval, 100*time.Millisecond
+			}, Options{})
 			tenant := "per-limit-" + storeMode.String()
 			daily := ratelimit.Take{Key: ratelimit.BucketKey{Tenant: tenant, Scope: "daily"}, Limit: ratelimit.Limit{Rate: 0.001, Burst: 5}, Cost: 1, Mode: ratelimit.ModeExact}
 			burst := ratelimit.Take{Key: ratelimit.BucketKey{Tenant: tenant, Scope: "burst"}, Limit: ratelimit.Limit{Rate: 0.001, Burst: 100}, Cost: 1, Mode: ratelimit.ModeSync}

@@ -137,6 +137,21 @@ func (s *Store) decideMixed(ctx context.Context, takes []ratelimit.Take, res []r
 	return eout, nil
 }
 
+// giveBack returns takes, decided in process and then undone (an exact
+// bucket of the same TakeAll refused): what they took is taken back, and
+// the next push carries the difference (it may be negative: sync.lua
+// credits it).
+func (y *syncer) giveBack(takes []ratelimit.Take) {
+	sh := &y.shards[y.shard(takes[0].Key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, t := range takes {
+		if v := sh.m[t.Key]; v != nil {
+			v.taken -= t.Cost
+		}
+	}
+}
+
 // decideExact decides takes on Redis (or the denial cache, or the
 // failure policy).
 func (s *Store) decideExact(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (Outcome, error) {

@@ -71,8 +71,9 @@ func ratio(d Demand) float64 {
 	return d.Use / d.Weight
 }
 
-// decay returns e^(−dt/tau) for dt nanoseconds, 1 for dt ≤ 0.
-func decay(dt int64, tau float64) float64 {
+// Decay is the factor by which a rate of time constant tau (seconds)
+// falls over dt ns (1 for dt ≤ 0).
+func Decay(dt int64, tau float64) float64 {
 	if dt <= 0 {
 		return 1
 	}
@@ -89,7 +90,7 @@ type Rate struct {
 }
 
 // At returns the rate at now.
-func (r Rate) At(now int64, tau float64) float64 { return r.v * decay(now-r.at, tau) }
+func (r Rate) At(now int64, tau float64) float64 { return r.v * Decay(now-r.at, tau) }
 
 // Add records an event of size x at now.
 func (r *Rate) Add(now int64, tau, x float64) {
@@ -128,5 +129,5 @@ func (o *Occupancy) Level() int { return o.n }
 // At returns the average at now.
 func (o *Occupancy) At(now int64, tau float64) float64 {
 	n := float64(o.n)
-	return n + (o.avg-n)*decay(now-o.at, tau)
+	return n + (o.avg-n)*Decay(now-o.at, tau)
 }
