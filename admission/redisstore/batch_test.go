@@ -78,39 +78,39 @@ func TestBatcherQueueTimeout(t *testing.T) {
 
 // TestBatcherDepthAdapts: when more calls wait than one pipeline carries
 // and round trips are quick, more pipelines go out at once (up to
-// MaxInFlight); a slow round trip halves the depth, never below two.
+// MaxInFlight); a slow round trip halves the depth, never below four.
 func TestBatcherDepthAdapts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRuns{release: make(chan time.Duration)}
-		b := newBatcher(BatchConfig{MaxInFlight: 4, MaxBatch: 2}, time.Second, 10*time.Millisecond, f.run)
-		if got := b.depth(); got != 2 {
-			t.Fatalf("initial depth %d, want 2", got)
-		}
-		start(b, 2)  // two pipelines in flight
-		start(b, 10) // queued: more than one pipeline carries
-		f.release <- time.Millisecond
-		synctest.Wait()
-		// 10 queued > 2 a pipeline: depth 3, and two pipelines of 2 left.
-		if got := b.depth(); got != 3 {
-			t.Errorf("depth after a quick round trip with a long queue: %d, want 3", got)
-		}
-		f.release <- time.Millisecond
-		synctest.Wait()
+		b := newBatcher(BatchConfig{MaxInFlight: 6, MaxBatch: 2}, time.Second, 10*time.Millisecond, f.run)
 		if got := b.depth(); got != 4 {
-			t.Errorf("depth: %d, want 4", got)
+			t.Fatalf("initial depth %d, want 4", got)
+		}
+		start(b, 4)  // four pipelines in flight
+		start(b, 20) // queued: more than one pipeline carries
+		f.release <- time.Millisecond
+		synctest.Wait()
+		// 20 queued > 2 a pipeline: depth 5, and two pipelines of 2 sent.
+		if got := b.depth(); got != 5 {
+			t.Errorf("depth after a quick round trip with a long queue: %d, want 5", got)
+		}
+		f.release <- time.Millisecond
+		synctest.Wait()
+		if got := b.depth(); got != 6 {
+			t.Errorf("depth: %d, want 6", got)
 		}
 		f.release <- 8 * time.Millisecond // slow: over half the timeout
 		synctest.Wait()
-		if got := b.depth(); got != 2 {
-			t.Errorf("depth after a slow round trip: %d, want 2", got)
+		if got := b.depth(); got != 4 {
+			t.Errorf("depth after a slow round trip: %d, want 4", got)
 		}
-		for range 4 { // drain
+		for range 11 { // drain
 			f.release <- time.Millisecond
 			synctest.Wait()
 		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		if want := []int{1, 1, 2, 2, 2, 2, 2}; !slices.Equal(f.sizes, want) {
+		if want := []int{1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}; !slices.Equal(f.sizes, want) {
 			t.Errorf("pipeline sizes %v, want %v", f.sizes, want)
 		}
 	})

@@ -141,7 +141,7 @@ type BreakerConfig struct {
 // while a pipeline is in flight are sent together as the next pipeline, as
 // soon as a pipeline slot is free. There is no timer window: a lone decision
 // goes out at once on its caller's goroutine. The number of pipelines in
-// flight adapts between 2 and MaxInFlight: it grows while more decisions
+// flight adapts between 4 and MaxInFlight: it grows while more decisions
 // wait than one pipeline carries and round trips stay under half of
 // Timeout, and halves when a round trip is slow or fails.
 type BatchConfig struct {

@@ -394,16 +394,18 @@ const (
 	syncKeysPerPipeline = 512
 )
 
+// syncInFlight is how many reconciliation pipelines a lane has in flight.
+const syncInFlight = 2
+
 // reconcileLane sends calls through ln's breaker in pipelines of at most
-// perPipeline, two at once (one in Redis while this process reads the
-// other's replies).
+// perPipeline, syncInFlight at once (one in Redis, one read from).
 func (y *syncer) reconcileLane(ln *lane, calls []*call, perPipeline int) {
 	batches := slices.Collect(slices.Chunk(calls, perPipeline))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	// Redis runs one script at a time: more pipelines at once would only
 	// queue there, past the round-trip timeout.
-	for range min(len(batches), minInFlight) {
+	for range min(len(batches), syncInFlight) {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(len(batches)); i = next.Add(1) - 1 {
 				y.reconcileBatch(ln, batches[i])
