@@ -27,12 +27,12 @@ const backstopKey = keyPrefix + globalTag + "}:fair"
 // backstopScript runs backstop.lua, with decay.lua.
 var backstopScript = redis.NewScript(decayLua + backstopLua)
 
-// TakeBackstop decides one request r at the fair global backstop l. In
-// exact mode it is one script call on Redis within Timeout, through the
-// breaker and the batches; in sync mode it is decided in process on this
-// instance's part of the backstop, reconciled every interval (see
-// syncBackstop). While Redis cannot answer (sync mode: before the first
-// reconciliation), the failure policy decides: FailOpen admits,
+// TakeBackstop decides one request r at the fair global backstop l. By
+// default (BackstopSync) it is decided in process on this instance's part
+// of the backstop's shards, reconciled every interval (see syncBackstop);
+// with BackstopExact it is one script call on Redis within Timeout,
+// through the breaker and the batches. While Redis cannot answer (synced:
+// before the first reconciliation), the failure policy decides: FailOpen admits,
 // FailClosed returns an *UnavailableError, Local decides on an embedded
 // backstop of this instance's share of l.
 func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r fairshare.BackstopRequest) (fairshare.BackstopResult, error) {
@@ -44,7 +44,7 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r f
 	}
 	var res fairshare.BackstopResult
 	var err error
-	if s.cfg.Mode == Sync {
+	if s.cfg.BackstopMode == BackstopSync {
 		res, err = s.syncer.syncedBackstop(ctx).take(ctx, l, r)
 	} else {
 		res, _, err = s.evalBackstop(ctx, l, r)
@@ -55,7 +55,7 @@ func (s *Store) TakeBackstop(ctx context.Context, l fairshare.BackstopLimit, r f
 		}
 		return s.backstopFallback(l, r, err)
 	}
-	if s.cfg.Mode != Sync {
+	if s.cfg.BackstopMode == BackstopExact {
 		s.stats.redis.Add(1)
 	}
 	return res, nil
@@ -164,8 +164,8 @@ func (s *Store) RelimitBackstop(ctx context.Context, l fairshare.BackstopLimit) 
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	if s.cfg.Mode == Sync {
-		// Sync mode's backstop: each shard's part of the bucket, under
+	if s.cfg.BackstopMode == BackstopSync {
+		// The synced backstop: each shard's part of the bucket, under
 		// the part of the new limit.
 		b := s.syncer.syncedBackstop(ctx)
 		parts := float64(len(b.shards))

@@ -18,7 +18,7 @@ import (
 // same, and the figures equal to rounding.
 func TestBackstopMatchesReference(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Batch.Disabled = true; c.Timeout = time.Second }, Options{})
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Batch.Disabled, c.Timeout, c.BackstopMode = true, time.Second, BackstopExact }, Options{})
 	ctx := context.Background()
 	l := fairshare.BackstopLimit{Rate: 200, Burst: 40, Window: 200 * time.Millisecond}
 	var ref fairshare.Backstop
@@ -77,7 +77,7 @@ func TestBackstopMatchesReference(t *testing.T) {
 // refuses the light tenant.
 func TestBackstopSharedByInstances(t *testing.T) {
 	srv := redistest.StartServer(t)
-	edit := func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed }
+	edit := func(c *Config) { c.Timeout, c.FailurePolicy, c.BackstopMode = time.Second, FailClosed, BackstopExact }
 	var stores []*Store
 	for range 3 {
 		stores = append(stores, newTestStore(t, []string{srv.Addr()}, edit, Options{}))
@@ -170,7 +170,7 @@ func squeeze(t *testing.T, stores []*Store, take func(st *Store, tenant string) 
 // the call's rate, and no later call shortens that.
 func TestBackstopKeyLivesUntilFull(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed }, Options{})
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout, c.FailurePolicy, c.BackstopMode = time.Second, FailClosed, BackstopExact }, Options{})
 	ctx := context.Background()
 	take := func(l fairshare.BackstopLimit) {
 		t.Helper()
@@ -203,7 +203,7 @@ func TestBackstopKeyLivesUntilFull(t *testing.T) {
 // back full.
 func TestRelimitBackstop(t *testing.T) {
 	srv := redistest.StartServer(t)
-	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout = time.Second; c.FailurePolicy = FailClosed }, Options{})
+	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Timeout, c.FailurePolicy, c.BackstopMode = time.Second, FailClosed, BackstopExact }, Options{})
 	ctx := context.Background()
 	fast := fairshare.BackstopLimit{Rate: 1000, Burst: 100, Window: 100 * time.Millisecond}
 	if r, err := s.TakeBackstop(ctx, fast, fairshare.BackstopRequest{Tenant: "a", Weight: 1, Cost: 50}); err != nil || !r.Allowed {

@@ -73,7 +73,7 @@ func TestSyncBackstopOffTheRequestPath(t *testing.T) {
 	ctx := context.Background()
 	// run drives s for d and returns its decisions and the script calls
 	// Redis ran meanwhile.
-	run := func(s *Store, d time.Duration) (decisions int64, calls int, elapsed time.Duration) {
+	run := func(s *Store, d time.Duration, buckets bool) (decisions int64, calls int, elapsed time.Duration) {
 		before := scriptCalls(t, srv)
 		var n atomic.Int64
 		start := time.Now()
@@ -85,6 +85,10 @@ func TestSyncBackstopOffTheRequestPath(t *testing.T) {
 					if _, err := s.TakeBackstop(ctx, l, fairshare.BackstopRequest{Tenant: id, Weight: 1, Cost: 1}); err != nil {
 						t.Errorf("TakeBackstop: %v", err)
 						return
+					}
+					if !buckets {
+						n.Add(1)
+						continue
 					}
 					if _, _, err := s.Decide(ctx, ratelimit.BucketKey{Tenant: id}, bigLimit, 1); err != nil {
 						t.Errorf("Decide: %v", err)
@@ -100,7 +104,7 @@ func TestSyncBackstopOffTheRequestPath(t *testing.T) {
 	// A long timeout: the first takes reconcile on the request path, and
 	// this is about the calls, not about a loaded machine's round trips.
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Mode, c.SyncInterval, c.Timeout = Sync, interval, 100*time.Millisecond }, Options{})
-	decisions, calls, elapsed := run(s, time.Second)
+	decisions, calls, elapsed := run(s, time.Second, true)
 	intervals := float64(elapsed)/float64(interval) + 2
 	// Buckets in use: the tenants', and one shard of the backstop; each
 	// first take reconciles once on the request path; a heartbeat a second.
@@ -113,10 +117,22 @@ func TestSyncBackstopOffTheRequestPath(t *testing.T) {
 	if st := s.Stats(); st.Policy > 0 || st.Redis > 0 {
 		t.Errorf("decisions by Redis %d and by the policy %d, want 0 and 0 in sync mode with Redis healthy", st.Redis, st.Policy)
 	}
-	// Negative control: exact mode's backstop is a script call a decision.
-	exact := newTestStore(t, []string{srv.Addr()}, nil, Options{})
-	if decisions, calls, _ := run(exact, 200*time.Millisecond); int64(calls) < decisions {
-		t.Errorf("negative control: exact mode made %d script calls for %d decisions, want one or more each", calls, decisions)
+	// Exact mode's buckets keep the synced backstop: its shard is
+	// reconciled once an interval, whatever the decisions.
+	_ = s.Close() // its calls are not exact mode's
+	exact := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.SyncInterval, c.Timeout = interval, 100*time.Millisecond }, Options{})
+	decisions, calls, elapsed = run(exact, 500*time.Millisecond, false)
+	// The shard's reconciliations (the first on the request path), a
+	// join, and a heartbeat a second (one more at a second's edge).
+	most = int(float64(elapsed)/float64(interval)+2) + 1 + 1 + int(elapsed/time.Second) + 2
+	t.Logf("exact mode: %d backstop decisions in %v: %d script calls, at most %d allowed", decisions, elapsed.Round(time.Millisecond), calls, most)
+	if calls > most {
+		t.Errorf("exact mode: %d script calls for %d backstop decisions, want ≤ %d", calls, decisions, most)
+	}
+	// Negative control: the exact backstop is a script call a decision.
+	control := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Mode, c.BackstopMode = Sync, BackstopExact }, Options{})
+	if decisions, calls, _ := run(control, 200*time.Millisecond, false); int64(calls) < decisions {
+		t.Errorf("negative control: the exact backstop made %d script calls for %d decisions, want one or more each", calls, decisions)
 	}
 }
 
@@ -126,9 +142,9 @@ func TestSyncBackstopOffTheRequestPath(t *testing.T) {
 // backstop keeps deciding on the other shards and on a local part of the
 // stopped one's: no backstop decision goes to the failure policy, and a
 // light tenant of the stopped master's shard is still admitted beside a
-// flood. Negative control: exact
-// mode's backstop, one hash on the stopped master, sends every backstop
-// decision to the failure policy.
+// flood. Negative control: the exact backstop (BackstopExact), one hash
+// on the stopped master, sends every backstop decision to the failure
+// policy.
 func TestSyncBackstopCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	const interval = 20 * time.Millisecond
@@ -193,7 +209,7 @@ func TestSyncBackstopCluster(t *testing.T) {
 		}
 	}
 
-	exact := newTestStore(t, cl.Addrs(), func(c *Config) { c.FailurePolicy = FailClosed }, Options{})
+	exact := newTestStore(t, cl.Addrs(), func(c *Config) { c.FailurePolicy, c.BackstopMode = FailClosed, BackstopExact }, Options{})
 	if _, err := exact.TakeBackstop(ctx, l, fairshare.BackstopRequest{Tenant: "first", Weight: 1, Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +251,7 @@ func TestSyncBackstopCluster(t *testing.T) {
 		}
 	}
 	if failed < 20 {
-		t.Errorf("negative control: exact mode's backstop answered %d of 20 with its master stopped", 20-failed)
+		t.Errorf("negative control: the exact backstop answered %d of 20 with its master stopped", 20-failed)
 	}
 }
 

@@ -81,6 +81,10 @@ type Config struct {
 	// exact and costs Redis one script call per active bucket per
 	// instance per interval.
 	SyncInterval time.Duration `yaml:"sync_interval"`
+	// BackstopMode is how the fair global backstop is kept: BackstopSync
+	// (the default, sharded and reconciled every SyncInterval, in either
+	// Mode) or BackstopExact (one hash, a script call per request).
+	BackstopMode BackstopMode `yaml:"backstop_mode"`
 	// FailurePolicy says what a decision is while Redis cannot answer.
 	// The zero value is Local.
 	FailurePolicy FailurePolicy `yaml:"failure_policy"`
@@ -217,6 +221,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QueueTimeout < 0 {
 		bad("queue_timeout", "must be > 0 (0 means ten times timeout)")
+	}
+	if c.BackstopMode > BackstopExact {
+		bad("backstop_mode", "unknown backstop mode %d", c.BackstopMode)
 	}
 	if c.Mode > Sync {
 		bad("mode", "unknown mode %d", c.Mode)

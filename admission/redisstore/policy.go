@@ -69,8 +69,7 @@ const (
 	// Redis every Config.SyncInterval: it pushes what it admitted and
 	// pulls the fleet's total. The fleet admits at most Instances ×
 	// (rate × SyncInterval + cost) beyond what Exact would, per bucket.
-	// The fair global backstop (TakeBackstop) is decided in process too,
-	// on shards reconciled every SyncInterval (see syncBackstop).
+	// (The fair global backstop has its own mode: BackstopMode.)
 	Sync
 )
 
@@ -99,6 +98,54 @@ func (m *Mode) UnmarshalText(b []byte) error {
 		*m = Sync
 	default:
 		return fmt.Errorf("redisstore: unknown mode %q (want exact or sync)", b)
+	}
+	return nil
+}
+
+// BackstopMode says how the store keeps the fair global backstop
+// (TakeBackstop), whatever the buckets' Mode. The zero value is
+// BackstopSync.
+type BackstopMode uint8
+
+const (
+	// BackstopSync spreads the backstop over shards, one per master (one
+	// on a single node), decides in process and reconciles every
+	// Config.SyncInterval (see syncBackstop): no key is touched by every
+	// request, a stopped master stales only its shard, and the fleet
+	// admits at most what the shards' bound says beyond one exact bucket.
+	// The default, in both modes.
+	BackstopSync BackstopMode = iota
+	// BackstopExact keeps it in one Redis hash decided by one script call
+	// per request: exact, but every request touches that key (and its
+	// master).
+	BackstopExact
+)
+
+// String returns the config word for m.
+func (m BackstopMode) String() string {
+	switch m {
+	case BackstopSync:
+		return "sync"
+	case BackstopExact:
+		return "exact"
+	default:
+		return fmt.Sprintf("BackstopMode(%d)", uint8(m))
+	}
+}
+
+// MarshalText returns the config word for m.
+func (m BackstopMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses "sync" or "exact" (empty means sync) and rejects
+// anything else.
+func (m *BackstopMode) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "sync", "":
+		*m = BackstopSync
+	case "exact":
+		*m = BackstopExact
+	default:
+		return fmt.Errorf("redisstore: unknown backstop_mode %q (want sync or exact)", b)
 	}
 	return nil
 }
