@@ -121,31 +121,30 @@ const (
 	BackstopExact
 )
 
-// String returns the config word for m.
+// String returns the config word for m: Mode's, for the same meaning.
 func (m BackstopMode) String() string {
 	switch m {
 	case BackstopSync:
-		return "sync"
+		return Sync.String()
 	case BackstopExact:
-		return "exact"
-	default:
-		return fmt.Sprintf("BackstopMode(%d)", uint8(m))
+		return Exact.String()
 	}
+	return fmt.Sprintf("BackstopMode(%d)", uint8(m))
 }
 
 // MarshalText returns the config word for m.
 func (m BackstopMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
-// UnmarshalText parses "sync" or "exact" (empty means sync) and rejects
-// anything else.
+// UnmarshalText parses Mode's words, "sync" or "exact" (empty means sync
+// here), and rejects anything else.
 func (m *BackstopMode) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "sync", "":
-		*m = BackstopSync
-	case "exact":
-		*m = BackstopExact
-	default:
+	var mode Mode
+	if err := mode.UnmarshalText(b); err != nil {
 		return fmt.Errorf("redisstore: unknown backstop_mode %q (want sync or exact)", b)
+	}
+	*m = BackstopSync
+	if mode == Exact && len(b) > 0 {
+		*m = BackstopExact
 	}
 	return nil
 }

@@ -241,6 +241,15 @@ func TestModeText(t *testing.T) {
 	if err := yaml.Unmarshal([]byte("mode: eventual"), &c); err == nil {
 		t.Error("mode: eventual accepted")
 	}
+	for text, want := range map[string]BackstopMode{"": BackstopSync, "backstop_mode: sync": BackstopSync, "backstop_mode: exact": BackstopExact} {
+		var c Config
+		if err := yaml.Unmarshal([]byte(text), &c); err != nil || c.BackstopMode != want {
+			t.Errorf("%q: backstop mode %v, %v; want %v", text, c.BackstopMode, err, want)
+		}
+	}
+	if err := yaml.Unmarshal([]byte("backstop_mode: local"), &c); err == nil || !strings.Contains(err.Error(), "backstop_mode") {
+		t.Errorf("backstop_mode: local: %v, want an error naming the field", err)
+	}
 	err := (&Config{Addrs: []string{"a:1"}, Mode: 7, SyncInterval: -1}).Validate()
 	if err == nil || !strings.Contains(err.Error(), "redis.mode") || !strings.Contains(err.Error(), "redis.sync_interval") {
 		t.Errorf("bad mode and interval: %v, want both named", err)
