@@ -66,6 +66,16 @@ func (b bucket) fullAt(l Limit) int64 {
 	return b.last + int64(math.Ceil(need*1e9))
 }
 
+// fullAfter is b's fullAt under the limit of the take that made b and
+// answered r, an allowed one: its ResetAfter is the same arithmetic, done
+// once.
+func (b bucket) fullAfter(r Result) int64 {
+	if int64(r.ResetAfter) > math.MaxInt64-b.last {
+		return math.MaxInt64
+	}
+	return b.last + int64(r.ResetAfter)
+}
+
 // secondsToDuration converts s seconds to a Duration, rounding up so a
 // client told to wait that long finds the tokens there.
 func secondsToDuration(s float64) time.Duration {

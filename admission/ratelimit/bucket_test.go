@@ -79,6 +79,9 @@ func FuzzBucket(f *testing.F) {
 				if r.RetryAfter != 0 {
 					t.Fatalf("allowed with RetryAfter %v", r.RetryAfter)
 				}
+				if got, want := nb.fullAfter(r), nb.fullAt(l); got != want {
+					t.Fatalf("fullAfter %d, fullAt %d", got, want)
+				}
 			} else {
 				if nb != b {
 					t.Fatalf("denied take changed the state %+v -> %+v", b, nb)

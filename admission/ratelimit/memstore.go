@@ -164,8 +164,9 @@ func (s *MemoryStore) takeAt(now int64, clock bool, k BucketKey, l Limit, cost f
 		sh.addLocked(h, e)
 	}
 	var r Result
-	e.b, r = e.b.take(l, now, cost)
-	e.fullAt = max(e.fullAt, e.b.fullAt(l))
+	if e.b, r = e.b.take(l, now, cost); r.Allowed { // a refusal changes nothing
+		e.fullAt = max(e.fullAt, e.b.fullAfter(r))
+	}
 	sh.mu.Unlock()
 	return r
 }
@@ -229,7 +230,7 @@ func (s *MemoryStore) TakeAllAt(now int64, takes []Take, res []Result) error {
 				sh.addLocked(h, e)
 			}
 			e.b, res[i] = e.b.take(t.Limit, now, t.Cost)
-			e.fullAt = max(e.fullAt, e.b.fullAt(t.Limit))
+			e.fullAt = max(e.fullAt, e.b.fullAfter(res[i]))
 		}
 	}
 	for _, i := range shards {
