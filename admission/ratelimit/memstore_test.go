@@ -140,3 +140,20 @@ func TestRelimitNotUndoneByALateTake(t *testing.T) {
 		t.Fatalf("after a sweep at 2 s: Len %d, want 1 (the bucket is not full under the new limit)", got)
 	}
 }
+
+// BenchmarkMemoryStoreTakeOneGoroutine100kTenantsStrided is the one
+// goroutine benchmark with the keys taken in a stride, so that the caller's
+// keys are not in cache either: the cost of a store whose every bucket
+// access is a miss.
+func BenchmarkMemoryStoreTakeOneGoroutine100kTenantsStrided(b *testing.B) {
+	s, keys, l := memStore100k()
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if i += 7919; i >= len(keys) {
+			i -= len(keys)
+		}
+		s.Take(context.Background(), keys[i], l, 1)
+	}
+}
