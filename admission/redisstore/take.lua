@@ -25,6 +25,18 @@
 
 local now = clock()
 local n = #KEYS
+if n == 1 then
+  -- One bucket, most decisions: the same rule without the tables (a
+  -- fifth of the script's time).
+  local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+  local tokens, last, expires = load(KEYS[1], rate, burst, now)
+  if tokens < cost then
+    return {0, struct.pack('<d', tokens), now}
+  end
+  tokens = tokens - cost
+  store(KEYS[1], tokens, last, now, rate, burst, expires)
+  return {1, struct.pack('<d', tokens), now}
+end
 local tokens, lasts, expires = {}, {}, {}
 local allowed = 1
 for i = 1, n do
