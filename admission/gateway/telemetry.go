@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -216,7 +217,16 @@ func newTelemetry(o *Options) (*telemetry, error) {
 		t.tracer = o.TracerProvider.Tracer("github.com/fairgate/fairgate/admission/gateway")
 	}
 	if t.reg == nil {
+		// Our own registry also carries the Go runtime's and the
+		// process's metrics (go_*, process_*: memory, GC, goroutines,
+		// CPU, open files), which a caller's registry may hold already.
 		t.reg = prometheus.NewRegistry()
+		if err := t.reg.Register(collectors.NewGoCollector()); err != nil {
+			return nil, fmt.Errorf("gateway: metrics: %w", err)
+		}
+		if err := t.reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+			return nil, fmt.Errorf("gateway: metrics: %w", err)
+		}
 	}
 	m, err := admission.NewMetrics(t.reg)
 	if err != nil {

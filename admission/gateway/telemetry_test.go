@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -329,5 +330,26 @@ func TestKeepRootKeepsShadowRejections(t *testing.T) {
 		if got := keepRoot(tracetest.SpanStub{Name: admission.SpanRequest, Attributes: tc.attrs}.Snapshot()); got != tc.keep {
 			t.Errorf("%s: keep %v, want %v", tc.name, got, tc.keep)
 		}
+	}
+}
+
+// TestRuntimeMetrics: the server's own registry carries the Go runtime's
+// and the process's metrics beside fairgate's; a caller's registry is left
+// as the caller made it (it may hold them already).
+func TestRuntimeMetrics(t *testing.T) {
+	_, _, srv := startGateway(t, nil, Options{})
+	mfs := scrape(t, srv)
+	want := []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds", "fairgate_config_reloads_total"}
+	if runtime.GOOS == "linux" {
+		want = append(want, "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds")
+	}
+	for _, name := range want {
+		if mfs[name] == nil {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	_, _, own := startGateway(t, nil, Options{Metrics: prometheus.NewRegistry()})
+	if mfs := scrape(t, own); mfs["go_goroutines"] != nil {
+		t.Error("a caller's registry got the Go collector registered on it")
 	}
 }
