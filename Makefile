@@ -3,9 +3,9 @@ GO      ?= go
 
 .PHONY: test vet unit fuzz-short build bench bench-throughput bench-flood bench-deps deps
 
-# vet, the race-enabled test suite against real redis-server processes and a
-# real Jaeger (both installed or built by .ci/deps.sh when missing), and each
-# fuzz target for a few seconds.
+# vet, the race-enabled test suite against real redis-server processes, a
+# real Jaeger and Prometheus's promtool (installed or built by .ci/deps.sh
+# when missing), and each fuzz target for a few seconds.
 test: vet unit fuzz-short
 
 # go.mod must be tidy: every module used listed directly, none unused;
@@ -24,7 +24,7 @@ vet:
 # the race detector, whose sync.Pool drops items at random.
 unit:
 	@jaeger=$$(.ci/deps.sh) && \
-	FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 15m ./... && \
+	FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_REQUIRE_PROMETHEUS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 15m ./... && \
 	FAIRGATE_TEST_ENGINE=fasthttp FAIRGATE_REQUIRE_REDIS=1 FAIRGATE_JAEGER="$$jaeger" $(GO) test -race -count=1 -timeout 5m ./admission/gateway/ && \
 	$(GO) test -count=1 -run 'Allocs' ./admission/ ./admission/gateway/
 
