@@ -134,27 +134,39 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-// exported returns the names of the metric families a running gateway's
-// /metrics shows (a Prometheus text scrape over HTTP, as Prometheus reads
-// it) after a few admitted and rejected requests.
-func exported(t *testing.T) map[string]bool {
+// demoGateway serves the demo config (edited by edit, when not nil) with
+// the adaptive limit on (its gauges too) before a do-nothing upstream, on
+// loopback until the test ends: the gateway, its admin listener and the
+// server.
+func demoGateway(t *testing.T, edit func(*gateway.Config)) (gw, admin *httptest.Server, srv *gateway.Server) {
 	t.Helper()
 	cfg, err := gateway.Parse(examples.Demo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ups := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer ups.Close()
+	t.Cleanup(ups.Close)
 	cfg.Upstream = ups.URL
-	cfg.Admission.Adaptive = &shed.AdaptiveConfig{} // defaults: its gauges too
-	srv, err := gateway.New(cfg, gateway.Options{})
-	if err != nil {
+	cfg.Admission.Adaptive = &shed.AdaptiveConfig{}
+	if edit != nil {
+		edit(&cfg)
+	}
+	if srv, err = gateway.New(cfg, gateway.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	gw := httptest.NewServer(srv.Handler())
-	defer gw.Close()
-	admin := httptest.NewServer(srv.AdminHandler())
-	defer admin.Close()
+	gw = httptest.NewServer(srv.Handler())
+	t.Cleanup(gw.Close)
+	admin = httptest.NewServer(srv.AdminHandler())
+	t.Cleanup(admin.Close)
+	return gw, admin, srv
+}
+
+// exported returns the names of the metric families a running gateway's
+// /metrics shows (a Prometheus text scrape over HTTP, as Prometheus reads
+// it) after a few admitted and rejected requests.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	gw, admin, _ := demoGateway(t, nil)
 	for range 8 {
 		req, _ := http.NewRequest("GET", gw.URL+"/api/v1/search", nil)
 		req.Header.Set("Authorization", "Bearer demo-starter-key")
@@ -205,30 +217,40 @@ func checkRefs(t *testing.T, file, text string, names map[string]bool) {
 	}
 }
 
-func TestAlertRules(t *testing.T) {
+// alertRule is one rule of prometheus/alerts.yaml.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// alertRules reads prometheus/alerts.yaml's rules.
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
 	var rules struct {
 		Groups []struct {
-			Name  string `yaml:"name"`
-			Rules []struct {
-				Alert       string            `yaml:"alert"`
-				Expr        string            `yaml:"expr"`
-				Labels      map[string]string `yaml:"labels"`
-				Annotations map[string]string `yaml:"annotations"`
-			} `yaml:"rules"`
+			Rules []alertRule `yaml:"rules"`
 		} `yaml:"groups"`
 	}
+	readYAML(t, filepath.Join("prometheus", "alerts.yaml"), &rules)
+	var all []alertRule
+	for _, g := range rules.Groups {
+		all = append(all, g.Rules...)
+	}
+	return all
+}
+
+func TestAlertRules(t *testing.T) {
 	path := filepath.Join("prometheus", "alerts.yaml")
-	readYAML(t, path, &rules)
 	names := exported(t)
 	alerts := map[string]bool{}
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == "" || r.Expr == "" || r.Annotations["summary"] == "" || r.Labels["severity"] == "" {
-				t.Errorf("%s: rule %+v lacks alert, expr, severity or summary", path, r)
-			}
-			alerts[r.Alert] = true
-			checkRefs(t, path+" "+r.Alert, r.Expr, names)
+	for _, r := range alertRules(t) {
+		if r.Alert == "" || r.Expr == "" || r.Annotations["summary"] == "" || r.Labels["severity"] == "" {
+			t.Errorf("%s: rule %+v lacks alert, expr, severity or summary", path, r)
 		}
+		alerts[r.Alert] = true
+		checkRefs(t, path+" "+r.Alert, r.Expr, names)
 	}
 	for _, want := range []string{"FairgateTenantThrottled", "FairgateOverloaded", "FairgateRedisFailurePolicyEngaged", "FairgateRateLayerOverloaded"} {
 		if !alerts[want] {
@@ -237,7 +259,16 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
-func TestGrafanaDashboard(t *testing.T) {
+// panel is one Grafana panel of the dashboard: its title and queries.
+type panel struct {
+	title string
+	exprs []string
+}
+
+// dashboardPanels reads grafana/fairgate.json's title, uid and panels
+// (rows left out).
+func dashboardPanels(t *testing.T) []panel {
+	t.Helper()
 	path := filepath.Join("grafana", "fairgate.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -260,17 +291,30 @@ func TestGrafanaDashboard(t *testing.T) {
 	if d.Title == "" || d.UID == "" {
 		t.Errorf("%s: title %q uid %q", path, d.Title, d.UID)
 	}
-	names := exported(t)
-	var all strings.Builder
+	var panels []panel
 	for _, p := range d.Panels {
 		if p.Type == "row" {
 			continue
 		}
-		if len(p.Targets) == 0 {
-			t.Errorf("%s: panel %q has no query", path, p.Title)
-		}
+		pn := panel{title: p.Title}
 		for _, tg := range p.Targets {
-			all.WriteString(tg.Expr + "\n")
+			pn.exprs = append(pn.exprs, tg.Expr)
+		}
+		panels = append(panels, pn)
+	}
+	return panels
+}
+
+func TestGrafanaDashboard(t *testing.T) {
+	path := filepath.Join("grafana", "fairgate.json")
+	names := exported(t)
+	var all strings.Builder
+	for _, p := range dashboardPanels(t) {
+		if len(p.exprs) == 0 {
+			t.Errorf("%s: panel %q has no query", path, p.title)
+		}
+		for _, e := range p.exprs {
+			all.WriteString(e + "\n")
 		}
 	}
 	checkRefs(t, path, all.String(), names)
