@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -113,8 +114,11 @@ func (r *RLSOnly) Close() error {
 // fires. It watches each configured folder (and the folder of each
 // configured file), so it sees files written in place, renamed over and
 // Kubernetes ConfigMap symlink swaps; events within o.Settle are read
-// once. A bad file keeps the old rules; the error, naming the file and
-// the field, is logged and passed to o.OnReload.
+// once. Only events that can change the rules are heeded (rlsRelevant):
+// a log or a database in a watched folder would otherwise reload the
+// rules on each of its writes, and keep an edit from settling. A bad file
+// keeps the old rules; the error, naming the file and the field, is
+// logged and passed to o.OnReload.
 //
 // The watch is in place when WatchRLS returns; run reloads until ctx is
 // done.
@@ -129,10 +133,19 @@ func WatchRLS(srv *rls.Server, log *slog.Logger, o WatchOptions) (run func(ctx c
 	if err != nil {
 		return nil, fmt.Errorf("gateway: watch rls configs: %w", err)
 	}
+	files, dirs := make(map[string]bool), make(map[string]bool)
 	for _, p := range srv.Configs() {
-		dir := p
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			dir = filepath.Dir(p)
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("gateway: watch %s: %w", p, err)
+		}
+		dir := abs
+		if st, err := os.Stat(abs); err == nil && !st.IsDir() {
+			dir = filepath.Dir(abs)
+			files[abs] = true
+		} else {
+			dirs[abs] = true
 		}
 		if err := w.Add(dir); err != nil {
 			w.Close()
@@ -148,7 +161,22 @@ func WatchRLS(srv *rls.Server, log *slog.Logger, o WatchOptions) (run func(ctx c
 			o.OnReload(err)
 		}
 	}
+	relevant := func(name string) bool { return rlsRelevant(filepath.Clean(name), files, dirs) }
 	return func(ctx context.Context) error {
-		return runWatch(ctx, w, o, log, func(bool) { reload() })
+		return runWatch(ctx, w, o, log, relevant, func(bool) { reload() })
 	}, nil
+}
+
+// rlsRelevant reports whether an event on name (absolute, clean) can
+// change the rules of the configured files and folders: a configured file
+// (through a ConfigMap, a link to ..data/<file>), a file rls.LoadRules
+// reads in a configured folder (*.yaml and *.yml, not dotfiles; the test
+// checks that the two agree), or a ConfigMap swap.
+func rlsRelevant(name string, files, dirs map[string]bool) bool {
+	base := filepath.Base(name)
+	if files[name] || base == configMapSwap {
+		return true
+	}
+	return dirs[filepath.Dir(name)] && !strings.HasPrefix(base, ".") &&
+		(strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".yml"))
 }
