@@ -90,7 +90,17 @@ func TestKubernetesManifests(t *testing.T) {
 		objs[o.Kind] = o
 	}
 	cm, dep, svc := objs["ConfigMap"], objs["Deployment"], objs["Service"]
-	cfg, err := gateway.Parse([]byte(cm.Data["fairgate.yaml"]))
+	// The admin token is the Secret's file, mounted in the pod: here, a
+	// file of the test's in its place.
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("a-test-token-of-32-characters-ok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const mounted = "/etc/fairgate-admin/token"
+	if !strings.Contains(cm.Data["fairgate.yaml"], mounted) {
+		t.Fatalf("the ConfigMap's config does not read the admin token from %s", mounted)
+	}
+	cfg, err := gateway.Parse([]byte(strings.ReplaceAll(cm.Data["fairgate.yaml"], mounted, token)))
 	if err != nil {
 		t.Fatalf("the ConfigMap's config: %v", err)
 	}

@@ -27,8 +27,9 @@ type Config struct {
 	// Listen is the gateway's address. Default "127.0.0.1:8080".
 	Listen string `yaml:"listen"`
 	// AdminListen is the admin listener's address (health, readiness,
-	// metrics, tenant state). Default "127.0.0.1:9090"; keep it off the
-	// public network.
+	// metrics, tenant state). Default "127.0.0.1:9090". On a loopback
+	// address it answers only loopback Host names (see AdminConfig); on
+	// any other, admin.token is required. Needs a restart.
 	AdminListen string `yaml:"admin_listen"`
 	// Upstream is the base URL requests are proxied to. Required.
 	Upstream string `yaml:"upstream"`
@@ -53,20 +54,12 @@ type Config struct {
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set (see NewTracerProvider).
 	Tracing *TracingConfig `yaml:"tracing"`
 
-	// Admin configures the admin listener's console.
+	// Admin configures who the admin listener answers, and its console.
 	Admin AdminConfig `yaml:"admin"`
 	// RLS, when set, also serves Envoy's rate limit service (gRPC) from
 	// envoyproxy/ratelimit config files, on the same store. Nil means
 	// off. `fairgate rls` runs it alone (see LoadRLS).
 	RLS *rls.Config `yaml:"rls"`
-}
-
-// AdminConfig configures the console on the admin listener.
-type AdminConfig struct {
-	// JaegerUIURL is the base URL of a Jaeger UI that receives the traces
-	// (e.g. http://127.0.0.1:16686); the console links each trace ID to
-	// it. Empty means no links.
-	JaegerUIURL string `yaml:"jaeger_ui_url"`
 }
 
 // ServerConfig is the edge's hygiene: timeouts and size limits. Zero values
@@ -202,7 +195,7 @@ func (c Config) withDefaults() Config {
 		c.Listen = "127.0.0.1:8080"
 	}
 	if c.AdminListen == "" {
-		c.AdminListen = "127.0.0.1:9090"
+		c.AdminListen = defaultAdminListen
 	}
 	s := &c.Server
 	if s.ReadHeaderTimeout == 0 {
@@ -280,11 +273,7 @@ func (c *Config) validate(needUpstream bool) error {
 	}
 	errs = append(errs, s.validateGC()...)
 	errs = append(errs, c.validateSections()...)
-	if u := c.Admin.JaegerUIURL; u != "" {
-		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			errs = append(errs, fmt.Errorf("admin.jaeger_ui_url: %q is not an http(s) URL with a host", u))
-		}
-	}
+	errs = append(errs, c.validateAdmin()...)
 	if reg, err := tenant.NewRegistry(c.Tenants); err != nil {
 		errs = append(errs, err)
 		if err := c.Admission.Validate(); err != nil {

@@ -30,9 +30,10 @@ func LoadRLS(path string) (Config, error) { return load(path, ParseRLS) }
 func ParseRLS(data []byte) (Config, error) { return parseWith(data, (*Config).ValidateRLS) }
 
 // ValidateRLS checks what the rate limit service alone uses: the rls
-// section (required), redis and tracing. Errors name the field.
+// section (required), redis, tracing, and admin against admin_listen.
+// Errors name the field.
 func (c *Config) ValidateRLS() error {
-	errs := c.validateSections()
+	errs := append(c.validateSections(), c.validateAdmin()...)
 	if c.RLS == nil {
 		errs = append(errs, errors.New("rls: required (listen, configs) to run the rate limit service"))
 	}
@@ -64,7 +65,7 @@ func newRLS(cfg rls.Config, store ratelimit.Store, tel *telemetry, tp trace.Trac
 // HTTP gateway, and an admin handler (health, readiness, metrics).
 type RLSOnly struct {
 	srv     *rls.Server
-	admin   *http.ServeMux
+	admin   *adminAccess
 	closers []func() error
 }
 
@@ -76,6 +77,10 @@ func NewRLSOnly(cfg Config, o Options) (*RLSOnly, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	access, err := newAdminPolicy(cfg.Admin, cfg.AdminListen) // reads admin.token_file
+	if err != nil {
+		return nil, err
+	}
 	tel, closers, err := prepare(cfg, &o)
 	if err != nil {
 		return nil, err
@@ -90,14 +95,16 @@ func NewRLSOnly(cfg Config, o Options) (*RLSOnly, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ready\n")) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(tel.reg, promhttp.HandlerOpts{}))
-	r.admin = mux
+	r.admin = newAdminAccess(cfg.AdminListen, access, mux, o.Now)
 	return r, nil
 }
 
 // Server returns the rate limit service.
 func (r *RLSOnly) Server() *rls.Server { return r.srv }
 
-// AdminHandler returns the admin listener's handler.
+// AdminHandler returns the admin listener's handler, behind the same Host
+// and token checks as Server's (AdminConfig). The config is not reloaded:
+// a new admin token needs a restart.
 func (r *RLSOnly) AdminHandler() http.Handler { return r.admin }
 
 // Close releases the store (the Redis client). Call it after Serve has

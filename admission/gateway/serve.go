@@ -11,8 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminMux is the admin listener's handler: health, readiness, metrics,
-// and the console with its JSON API (console.go).
+// adminMux is the admin listener's mux: health, readiness, metrics, and
+// the console with its JSON API (console.go). New puts adminAccess in
+// front of it.
 func (s *Server) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -69,8 +70,13 @@ type Shutdown struct {
 // Serve serves the gateway on ln and the admin handler on adminLn until ctx
 // is done, then shuts down: /readyz fails first; new requests are still
 // served for sh.Delay; then the listener closes, queued requests get 503
-// and those in flight get up to sh.Drain to finish.
+// and those in flight get up to sh.Drain to finish. An adminLn beyond
+// loopback is refused while admin_listen says loopback and no admin.token
+// is set: nothing would guard it.
 func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener, sh Shutdown) error {
+	if err := s.admin.checkListener(adminLn.Addr()); err != nil {
+		return err
+	}
 	pub, adm := s.HTTPServers()
 	c := s.cfg.Load().Server
 	tc, err := tlsConfig(c, s.log)

@@ -61,7 +61,7 @@ type Server struct {
 	gate    *admission.Gate
 	store   ratelimit.Store
 	edge    http.Handler
-	admin   *http.ServeMux
+	admin   *adminAccess // the admin mux behind the Host and token checks
 	cfg     atomic.Pointer[Config]
 	ready   atomic.Bool
 	started time.Time
@@ -86,6 +86,10 @@ func (s *Server) Close() error {
 func New(cfg Config, o Options) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	access, err := newAdminPolicy(cfg.Admin, cfg.AdminListen) // reads admin.token_file
+	if err != nil {
 		return nil, err
 	}
 	tel, closers, err := prepare(cfg, &o)
@@ -175,7 +179,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	// upstream, and nothing answers for fairgate outside the contract.
 	upstream := s.startUpstream(tel.upstreamSpan(proxy))
 	s.edge = s.hygiene(gate.ProxyMiddleware(upstream))
-	s.admin = s.adminMux()
+	s.admin = newAdminAccess(cfg.AdminListen, access, s.adminMux(), o.Now)
 	s.ready.Store(true)
 	return s, nil
 }
@@ -257,7 +261,8 @@ func (s *Server) Config() Config { return *s.cfg.Load() }
 // Handler returns the gateway's public handler.
 func (s *Server) Handler() http.Handler { return s.edge }
 
-// AdminHandler returns the admin listener's handler.
+// AdminHandler returns the admin listener's handler, behind the Host and
+// token checks of admin_listen and the admin section (AdminConfig).
 func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // Gate returns the admission pipeline.
@@ -265,12 +270,18 @@ func (s *Server) Gate() *admission.Gate { return s.gate }
 
 // Reload applies a new config's tenants, tiers and routes to the running
 // server. On error nothing changes. Listen addresses and server timeouts
-// need a restart; a change to them is logged and ignored. ctx bounds
-// telling a shared store of the quotas that changed (see
-// admission.Gate.Reload).
+// need a restart; a change to them is logged and ignored. The admin
+// section applies at once (admin.token_file is read again), checked
+// against the admin listener in use: a reload cannot drop the token of
+// one that is not loopback. ctx bounds telling a shared store of the
+// quotas that changed (see admission.Gate.Reload).
 func (s *Server) Reload(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	access, err := s.admin.policyFor(cfg)
+	if err != nil {
 		return err
 	}
 	reg, err := tenant.NewRegistry(cfg.Tenants)
@@ -281,6 +292,7 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 		return err
 	}
 	old := s.cfg.Swap(&cfg)
+	s.admin.policy.Store(access)
 	// max_body_bytes and write_idle_timeout are read per request and
 	// apply at once, gc_percent and memory_limit when main calls ApplyGC
 	// after the reload; the rest of these are fixed when the server
