@@ -146,6 +146,11 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 		if err := o.Metrics.reg.Register(newGateCollector(g)); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
 		}
+		if !embedded {
+			if err := o.Metrics.registerStore(); err != nil {
+				return nil, fmt.Errorf("admission: register metrics: %w", err)
+			}
+		}
 		g.metrics = o.Metrics
 	}
 	g.cfg.Store(c)

@@ -197,6 +197,9 @@ type Metrics struct {
 	// store's Options.OnBreakerChange hook sets it (see SetBreakerState).
 	StoreBreaker *prometheus.GaugeVec
 
+	storeOnce sync.Once // registerStore
+	storeErr  error
+
 	mu       sync.RWMutex
 	counters map[decisionLabels]prometheus.Counter
 	rejected map[rejectLabels]prometheus.Counter
@@ -259,12 +262,28 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			m.StorePolicy.WithLabelValues(p, c)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.rejects, m.queueWait, m.storeTake, m.storeErrs, m.StorePolicy, m.StoreBreaker} {
+	for _, c := range []prometheus.Collector{m.decisions, m.rejects, m.queueWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// registerStore registers the shared store's families (take latency,
+// fail-closed errors, failure-policy decisions, breaker state) once, when
+// a gate on a shared store is made: on the embedded store they would be
+// zeros that say nothing, and a dashboard would show a Redis that is not
+// there.
+func (m *Metrics) registerStore() error {
+	m.storeOnce.Do(func() {
+		for _, c := range []prometheus.Collector{m.storeTake, m.storeErrs, m.StorePolicy, m.StoreBreaker} {
+			if m.storeErr = m.reg.Register(c); m.storeErr != nil {
+				return
+			}
+		}
+	})
+	return m.storeErr
 }
 
 // SetBreakerState sets StoreBreaker to state ("closed", "half_open" or

@@ -14,13 +14,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
 
 	"github.com/fairgate/fairgate/admission/gateway"
+	"github.com/fairgate/fairgate/admission/redisstore"
 	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/internal/redistest"
 	"github.com/fairgate/fairgate/shed"
 )
 
@@ -163,10 +166,14 @@ func demoGateway(t *testing.T, edit func(*gateway.Config)) (gw, admin *httptest.
 
 // exported returns the names of the metric families a running gateway's
 // /metrics shows (a Prometheus text scrape over HTTP, as Prometheus reads
-// it) after a few admitted and rejected requests.
+// it) after a few admitted and rejected requests, on a real Redis (the
+// store's families are exported only for a shared store).
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
-	gw, admin, _ := demoGateway(t, nil)
+	rdb := redistest.StartServer(t)
+	gw, admin, _ := demoGateway(t, func(cfg *gateway.Config) {
+		cfg.Redis = &redisstore.Config{Addrs: []string{rdb.Addr()}, Timeout: time.Second}
+	})
 	for range 8 {
 		req, _ := http.NewRequest("GET", gw.URL+"/api/v1/search", nil)
 		req.Header.Set("Authorization", "Bearer demo-starter-key")

@@ -279,7 +279,7 @@ func causeKind(err error) string {
 	}
 }
 
-// storeCollector reports the Redis store's counters at scrape time (zero
+// storeCollector reports the Redis store's counters at scrape time (none
 // without a Redis store), so the hot path pays only the store's own atomic
 // adds: decisions by source, and round trips by result, which says whether
 // Redis is answering while the failure policy decides.
@@ -308,11 +308,15 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.instances
 }
 
+// Collect reports the fleet's count, and on a Redis store its decisions
+// and round trips (on the embedded store they would be zeros that say
+// nothing).
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
-	st := redisstore.Stats{Instances: 1}
-	if c.stats != nil {
-		st = c.stats()
+	if c.stats == nil {
+		ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, 1)
+		return
 	}
+	st := c.stats()
 	ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(st.Instances))
 	counter := func(d *prometheus.Desc, v uint64, label string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
