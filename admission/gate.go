@@ -42,6 +42,11 @@ type Options struct {
 	// tenant's requests that shadow mode admitted. Zero means
 	// DefaultShadowLogEvery.
 	ShadowLogEvery time.Duration
+	// RecentRejections is how many of the latest rejections the gate keeps
+	// for the console (GET /admin/rejections), watched or not: about 200
+	// bytes each. Zero means DefaultRecentRejections; at most
+	// MaxRecentRejections.
+	RecentRejections int
 }
 
 // DefaultShadowLogEvery is the least time between two log lines about one
@@ -91,12 +96,10 @@ type Gate struct {
 
 	// What the console shows (admin.go): each tenant's rejections by
 	// layer and each pool's waits over the last minute, and the recent
-	// rejections while someone watches (watchedUntil, since epoch on the
-	// clock's monotonic reading, in ns).
-	rejections   counterSet
-	waits        counterSet
-	recent       recentRejections
-	watchedUntil atomic.Int64
+	// rejections.
+	rejections counterSet
+	waits      counterSet
+	recent     *recentRejections
 
 	shadowLogEvery time.Duration
 	shadowMu       sync.Mutex
@@ -127,7 +130,8 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	}
 	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps(),
-		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), rules: allGateRules}
+		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), rules: allGateRules,
+		recent: newRecentRejections(o.RecentRejections)}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	g.fleet, _ = o.Store.(ratelimit.FleetStore)
 	_, embedded := o.Store.(*ratelimit.MemoryStore)

@@ -8,13 +8,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// RecentRejectionsKept is how many recent rejections the gate remembers for
-// the console.
-const RecentRejectionsKept = 200
+// DefaultRecentRejections is how many recent rejections the gate
+// remembers for the console when Options.RecentRejections is zero;
+// MaxRecentRejections is the most it may be asked to.
+const (
+	DefaultRecentRejections = 1000
+	MaxRecentRejections     = 100_000
+)
 
-// watchFor is how long after the last look at the console the gate keeps
-// recording recent rejections.
-const watchFor = 30 * time.Second
+// maxRecentRequestID is the longest request ID a recent rejection keeps
+// (fairgate's are 32 characters; a longer one a trusted proxy sent is cut).
+const maxRecentRequestID = 64
 
 // RecentRejection is one recent rejection, as the console lists it.
 type RecentRejection struct {
@@ -35,19 +39,44 @@ type RecentRejection struct {
 	RetryAfterMs float64 `json:"retry_after_ms"`
 }
 
-// recentRejections is a ring of the last rejections. It records only while
-// someone is watching (Watch was called in the last watchFor), so an
-// unwatched gate pays one atomic load per rejection for it.
+// recentRejections is a ring of the last rejections, kept whether or not
+// anyone watches: whoever opens the console after an alert sees what
+// happened before. An entry holds no string of the request's own (the
+// request ID is copied into a fixed array, the trace ID kept as its 16
+// bytes; tenant, tier and route are the config's), so recording one is a
+// lock and a copy, and no allocation, even under a flood.
 type recentRejections struct {
 	mu   sync.Mutex
-	ring [RecentRejectionsKept]RecentRejection
+	ring []recentEntry
 	next int // index of the next write
 	n    int // entries held, up to len(ring)
 }
 
-func (r *recentRejections) add(e RecentRejection) {
+// recentEntry is a RecentRejection as the ring keeps it.
+type recentEntry struct {
+	at                  time.Time
+	reqID               [maxRecentRequestID]byte
+	reqIDLen            uint8
+	traceID             trace.TraceID // zero: tracing off
+	tenant, tier, route string
+	layer               Layer
+	reason              Reason
+	status              int
+	retryAfter          time.Duration
+}
+
+// newRecentRejections returns a ring of n entries (DefaultRecentRejections
+// when n is zero).
+func newRecentRejections(n int) *recentRejections {
+	if n <= 0 {
+		n = DefaultRecentRejections
+	}
+	return &recentRejections{ring: make([]recentEntry, min(n, MaxRecentRejections))}
+}
+
+func (r *recentRejections) add(e *recentEntry) {
 	r.mu.Lock()
-	r.ring[r.next] = e
+	r.ring[r.next] = *e
 	r.next = (r.next + 1) % len(r.ring)
 	r.n = min(r.n+1, len(r.ring))
 	r.mu.Unlock()
@@ -60,22 +89,23 @@ func (r *recentRejections) list(limit int) []RecentRejection {
 	n := min(r.n, limit)
 	out := make([]RecentRejection, 0, n)
 	for i := 1; i <= n; i++ {
-		out = append(out, r.ring[(r.next-i+len(r.ring))%len(r.ring)])
+		e := &r.ring[(r.next-i+len(r.ring))%len(r.ring)]
+		rr := RecentRejection{Time: e.at, RequestID: string(e.reqID[:e.reqIDLen]), Tenant: e.tenant, Tier: e.tier,
+			Route: e.route, Layer: e.layer.String(), Reason: e.reason.String(), Status: e.status, RetryAfterMs: millis(e.retryAfter)}
+		if e.traceID.IsValid() {
+			rr.TraceID = e.traceID.String()
+		}
+		out = append(out, rr)
 	}
 	return out
 }
 
-// Watch tells the gate someone is looking at the console now: it records
-// recent rejections for the next 30 seconds.
-func (g *Gate) Watch() { g.watchedUntil.Store(int64(g.now().Add(watchFor).Sub(g.epoch))) }
-
 // RecentRejections returns up to limit of the latest rejections, newest
-// first, recorded while someone watched (see Watch).
+// first.
 func (g *Gate) RecentRejections(limit int) []RecentRejection { return g.recent.list(limit) }
 
 // record counts a decision: the metrics, and for a rejection the tenant's
-// last-minute counters and, while the console is watched, the recent
-// rejections. reqID may be empty (Check, outside the middleware).
+// last-minute counters and the recent rejections. reqID may be empty (Check, outside the middleware).
 func (g *Gate) record(ctx context.Context, d *Decision, reqID string) {
 	if g.metrics != nil {
 		g.metrics.count(d)
@@ -89,19 +119,16 @@ func (g *Gate) record(ctx context.Context, d *Decision, reqID string) {
 		tenantID = d.Tenant.ID
 	}
 	g.rejections.get(tenantID).add(now, int(d.Layer), 1)
-	if int64(now.Sub(g.epoch)) >= g.watchedUntil.Load() {
-		return
-	}
-	e := RecentRejection{Time: now, RequestID: reqID, Tenant: tenantID, Layer: d.Layer.String(), Reason: d.Reason.String(),
-		Status: d.Status, RetryAfterMs: millis(d.RetryAfter)}
+	e := recentEntry{at: now, tenant: tenantID, layer: d.Layer, reason: d.Reason, status: d.Status, retryAfter: d.RetryAfter}
+	e.reqIDLen = uint8(copy(e.reqID[:], reqID))
 	if d.Tenant != nil {
-		e.Tier = d.Tenant.Tier
+		e.tier = d.Tenant.Tier
 	}
 	if d.Route != nil {
-		e.Route = d.Route.Name
+		e.route = d.Route.Name
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		e.TraceID = sc.TraceID().String()
+		e.traceID = sc.TraceID()
 	}
-	g.recent.add(e)
+	g.recent.add(&e)
 }

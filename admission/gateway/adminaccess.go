@@ -53,6 +53,9 @@ type AdminConfig struct {
 	// (e.g. http://127.0.0.1:16686); the console links each trace ID to
 	// it. Empty means no links.
 	JaegerUIURL string `yaml:"jaeger_ui_url"`
+	// RecentRejections is how many latest rejections the console lists,
+	// watched or not (~200 bytes each). 0: 1,000; at most 100,000.
+	RecentRejections int `yaml:"recent_rejections"`
 }
 
 const (

@@ -274,6 +274,9 @@ func (c *Config) validate(needUpstream bool) error {
 	errs = append(errs, s.validateGC()...)
 	errs = append(errs, c.validateSections()...)
 	errs = append(errs, c.validateAdmin()...)
+	if n := c.Admin.RecentRejections; n < 0 || n > admission.MaxRecentRejections {
+		errs = append(errs, fmt.Errorf("admin.recent_rejections: %d must be in [0, %d] (0 means %d)", n, admission.MaxRecentRejections, admission.DefaultRecentRejections))
+	}
 	if reg, err := tenant.NewRegistry(c.Tenants); err != nil {
 		errs = append(errs, err)
 		if err := c.Admission.Validate(); err != nil {

@@ -32,13 +32,13 @@ type consoleInfo struct {
 //	                          the rejections of requests without a valid key
 //	GET /admin/tenants/{id}   one tenant's
 //	GET /admin/pools          the pools, the adaptive limit, the shed thresholds
-//	GET /admin/rejections     the latest rejections, newest first (?limit=N, at most 200)
+//	GET /admin/rejections     the latest rejections, newest first (?limit=N, at most admin.recent_rejections)
 //	GET /admin/traces/{id}    a kept rejected trace, by trace ID or request ID
 //	GET /admin/console        what the console needs to know of the server
 //
-// Asking for /admin/rejections marks the gate as watched: the latest
-// rejections are recorded only for 30 s after that, so an unwatched gateway
-// pays nothing for them.
+// The latest rejections are kept whether or not anyone looks (the last
+// admin.recent_rejections, 1,000 by default), so whoever opens the console
+// after an alert sees the flood that raised it.
 func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	static, _ := fs.Sub(consoleFiles, "console")
 	files := http.FileServerFS(static)
@@ -67,7 +67,6 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 		if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 {
 			limit = n
 		}
-		s.gate.Watch()
 		writeJSON(w, map[string]any{"rejections": s.gate.RecentRejections(limit)})
 	})
 	mux.HandleFunc("GET /admin/traces/{id}", func(w http.ResponseWriter, r *http.Request) {

@@ -134,15 +134,27 @@ func TestConsoleAPI(t *testing.T) {
 	}
 }
 
-// TestRecentRejectionsOnlyWhileWatched: nobody looked at the console, so
-// nothing is recorded beyond the per-tenant counters.
-func TestRecentRejectionsOnlyWhileWatched(t *testing.T) {
-	base, _, srv := startGateway(t, nil, Options{})
-	for range 10 {
-		do(t, "GET", base+"/api/v1/search", "demo-starter-key", nil)
+// TestRecentRejectionsKeptUnwatched: nobody looked at the console, yet
+// the latest rejections are there for whoever opens it after the flood,
+// newest first, as many as admin.recent_rejections keeps. (Before, an
+// unwatched gateway recorded none.)
+func TestRecentRejectionsKeptUnwatched(t *testing.T) {
+	base, _, srv := startGateway(t, func(c *Config) { c.Admin.RecentRejections = 5 }, Options{})
+	var ids []string
+	for range 12 {
+		if r := do(t, "GET", base+"/api/v1/search", "demo-starter-key", nil); r.status == 429 {
+			ids = append(ids, r.header.Get("X-Request-Id"))
+		}
 	}
-	if got := srv.Gate().RecentRejections(10); len(got) != 0 {
-		t.Errorf("recorded %d rejections while unwatched", len(got))
+	got := srv.Gate().RecentRejections(100)
+	if len(ids) < 5 || len(got) != 5 {
+		t.Fatalf("%d rejected, %d kept; want at least 5 and exactly 5", len(ids), len(got))
+	}
+	for i, r := range got {
+		if want := ids[len(ids)-1-i]; r.RequestID != want || r.Tenant != "initech" || r.Tier != "starter" ||
+			r.Route != "GET /api/v1/search" || r.Layer != "rate" || r.Reason != "tenant_quota" || r.Status != 429 {
+			t.Errorf("rejection %d: %+v, want request %s of initech's 429s", i, r, want)
+		}
 	}
 	st, _ := srv.Gate().TenantState("initech")
 	if st.RejectionsLastMinute["rate"] < 1 {

@@ -101,7 +101,7 @@ func New(cfg Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger,
-		TracerProvider: o.TracerProvider, Metrics: tel.metrics})
+		TracerProvider: o.TracerProvider, Metrics: tel.metrics, RecentRejections: cfg.Admin.RecentRejections})
 	if err != nil {
 		return nil, err
 	}

@@ -186,8 +186,9 @@ func waitFor(t *testing.T, ctx context.Context, cond string, timeout time.Durati
 }
 
 // TestConsoleInChromium loads the console of `fairgate demo` in headless
-// Chromium: no console errors, the three demo tenants, the starter's rate
-// rejections on the page within 3 s of a flood from its key, the span tree
+// Chromium: no console errors, the three demo tenants, a flood's
+// rejections listed though it came before the page opened, the starter's
+// rate rejections on the page within 3 s of a flood from its key, the span tree
 // of one of them, and a screenshot. FAIRGATE_CONSOLE_SCREENSHOT=path also
 // writes the screenshot there (docs/console.png is made this way).
 func TestConsoleInChromium(t *testing.T) {
@@ -197,10 +198,17 @@ func TestConsoleInChromium(t *testing.T) {
 	ctx, consoleErrors := browser(t)
 	gw, admin := startDemo(t)
 
+	// A flood before anyone opened the console: its rejections are listed
+	// when the page opens (after an alert, that is when it opens).
+	if early := flood(t, gw, "/api/v1/search", "demo-starter-key", 40, 4); early == 0 {
+		t.Fatal("the starter's first flood got no 429")
+	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(admin+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#tenants tr[data-tenant="initech"]`))); err != nil {
 		t.Fatalf("console did not show initech: %v", err)
 	}
+	waitFor(t, ctx, `document.querySelectorAll('#rejections tbody tr[data-layer="rate"]').length > 0`, 3*time.Second,
+		"the rejections of the flood sent before the page opened")
 	ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
 		`[...document.querySelectorAll("#tenants tbody tr")].map(r => r.dataset.tenant).sort()`))
 	if err != nil {
