@@ -46,7 +46,7 @@ Usage:
   fairgate serve --config FILE      run the gateway in front of the config's upstream
                                     (and Envoy's rate limit service when the config has an rls section)
   fairgate rls --config FILE        run only Envoy's rate limit service (gRPC); the config needs rls,
-                                    and may hold only rls, redis, tracing and admin_listen
+                                    and may hold only rls, redis, tracing, admin_listen, admin
   fairgate demo [--listen ADDR]     run the gateway and a built-in demo API (embedded store)
   fairgate demo-upstream [--listen ADDR]
                                     run only the demo API (for serve with the demo config)
