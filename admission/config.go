@@ -3,12 +3,15 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/bulkhead"
+	"github.com/fairgate/fairgate/internal/suggest"
 	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
 )
@@ -195,7 +198,7 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 			errs = append(errs, fmt.Errorf("routes[%d].group: must be 1-64 letters, digits, '.', '_' or '-'", i))
 		}
 		if reg != nil && r.Group != "" && !groups[r.Group] {
-			errs = append(errs, fmt.Errorf("routes[%d].group: no tier sets a quota for group %q (tiers.NAME.groups.%s)", i, r.Group, r.Group))
+			errs = append(errs, fmt.Errorf("routes[%d].group: no tier sets a quota for group %q (tiers.NAME.groups.%s)%s", i, r.Group, r.Group, suggest.DidYouMean(r.Group, slices.Sorted(maps.Keys(groups)))))
 		}
 		errs = append(errs, checkCost(fmt.Sprintf("routes[%d].cost", i), r, reg, c.Global)...)
 		out.routes.routes = append(out.routes.routes, r)
@@ -341,6 +344,10 @@ func (c *Config) checkLayers(reg *tenant.Registry, routes []*Route) []error {
 		_, ok := c.Bulkhead.Pools[name]
 		return ok
 	}
+	var pools []string // sorted, for the nearest name to a misspelt one
+	if c.Bulkhead != nil {
+		pools = slices.Sorted(maps.Keys(c.Bulkhead.Pools))
+	}
 	for i, r := range routes {
 		if r.Pool == "" {
 			continue
@@ -348,7 +355,7 @@ func (c *Config) checkLayers(reg *tenant.Registry, routes []*Route) []error {
 		if c.Bulkhead == nil {
 			errs = append(errs, fmt.Errorf("routes[%d].pool: %q names a pool but there is no bulkhead section", i, r.Pool))
 		} else if !hasPool(r.Pool) {
-			errs = append(errs, fmt.Errorf("routes[%d].pool: unknown pool %q", i, r.Pool))
+			errs = append(errs, fmt.Errorf("routes[%d].pool: unknown pool %q%s", i, r.Pool, suggest.DidYouMean(r.Pool, pools)))
 		}
 	}
 	if reg != nil && c.Bulkhead != nil {
@@ -358,7 +365,7 @@ func (c *Config) checkLayers(reg *tenant.Registry, routes []*Route) []error {
 				pool = name
 			}
 			if !hasPool(pool) {
-				errs = append(errs, fmt.Errorf("tiers.%s.pool: no pool %q under bulkhead.pools (a tier uses the pool named like it unless tiers.%s.pool says otherwise)", tenant.PathKey(name), pool, tenant.PathKey(name)))
+				errs = append(errs, fmt.Errorf("tiers.%s.pool: no pool %q under bulkhead.pools (a tier uses the pool named like it unless tiers.%s.pool says otherwise)%s", tenant.PathKey(name), pool, tenant.PathKey(name), suggest.DidYouMean(pool, pools)))
 			}
 		}
 	}

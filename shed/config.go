@@ -44,8 +44,10 @@ type AdaptiveConfig struct {
 	MaxLatency time.Duration `yaml:"max_latency" json:"max_latency"`
 }
 
-// withDefaults returns c with every zero field set to its default.
-func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
+// WithDefaults returns c with every zero field set to its default: the
+// limits a Limiter built from c works within and starts at (what
+// `fairgate check-config` shows).
+func (c AdaptiveConfig) WithDefaults() AdaptiveConfig {
 	if c.Min == 0 {
 		c.Min = DefaultMin
 	}
@@ -64,7 +66,7 @@ func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
 // Validate reports the first invalid field, after defaults, as an error
 // wrapping [ErrInvalidConfig] that names it (adaptive.min, ...).
 func (c AdaptiveConfig) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	switch {
 	case c.Min < 1:
 		return invalid("adaptive.min", "must be >= 1", c.Min)
@@ -102,8 +104,9 @@ type SheddingConfig struct {
 	MaxRetryAfter time.Duration `yaml:"max_retry_after" json:"max_retry_after"`
 }
 
-// withDefaults returns c with every zero field set to its default.
-func (c SheddingConfig) withDefaults() SheddingConfig {
+// WithDefaults returns c with every zero field set to its default: what a
+// Shedder built from c runs with.
+func (c SheddingConfig) WithDefaults() SheddingConfig {
 	if c.CalibrationInterval == 0 {
 		c.CalibrationInterval = DefaultCalibrationInterval
 	}
@@ -117,7 +120,7 @@ func (c SheddingConfig) withDefaults() SheddingConfig {
 // wrapping [ErrInvalidConfig] that names it (shedding.calibration_interval,
 // ...).
 func (c SheddingConfig) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	switch {
 	case c.CalibrationInterval < time.Millisecond:
 		return invalid("shedding.calibration_interval", "must be >= 1ms", c.CalibrationInterval)

@@ -33,7 +33,10 @@ func (c Criticality) String() string {
 func (c Criticality) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // UnmarshalText parses "critical", "default" or "sheddable" and rejects
-// anything else, so a typo fails at load time rather than at run time.
+// anything else, so a typo fails at load time rather than at run time. Its
+// error carries no "shed:" prefix: the decoder that calls it puts the
+// field's path in the file before it, and the package is no business of
+// the person reading the config.
 func (c *Criticality) UnmarshalText(b []byte) error {
 	switch string(b) {
 	case "critical":
@@ -43,7 +46,7 @@ func (c *Criticality) UnmarshalText(b []byte) error {
 	case "sheddable":
 		*c = Sheddable
 	default:
-		return fmt.Errorf("shed: unknown criticality %q (want critical, default or sheddable)", b)
+		return fmt.Errorf("unknown criticality %q (want critical, default or sheddable)", b)
 	}
 	return nil
 }

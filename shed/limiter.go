@@ -61,7 +61,7 @@ func NewLimiter(cfg AdaptiveConfig, opts ...LimiterOption) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	l := &Limiter{
 		maxLatency: cfg.MaxLatency,
 		min:        float64(cfg.Min),

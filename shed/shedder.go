@@ -125,7 +125,7 @@ func NewShedder(cfg SheddingConfig) (*Shedder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	s := &Shedder{
 		disabled: cfg.Disabled,
 		interval: cfg.CalibrationInterval,

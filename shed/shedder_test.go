@@ -139,7 +139,7 @@ func simulateMix(t *testing.T, seed uint64, cfg SheddingConfig, phases []simPhas
 				}
 				res.maxThreshold = max(res.maxThreshold, epochT)
 				if !ok {
-					if retry < cfg.withDefaults().CalibrationInterval {
+					if retry < cfg.WithDefaults().CalibrationInterval {
 						t.Fatalf("Retry-After %v below the calibration interval", retry)
 					}
 					st.shed[c.crit]++

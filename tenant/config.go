@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fairgate/fairgate/internal/suggest"
 )
 
 // Config is the tenant part of the config file: tiers and tenants.
@@ -305,7 +307,8 @@ func (c *Config) Validate() error {
 			ids[tc.ID] = i
 		}
 		if _, ok := c.Tiers[tc.Tier]; !ok {
-			bad(f+".tier", "unknown tier %q (have %s)", clip(tc.Tier), joinKeys(sortedKeys(c.Tiers)))
+			tiers := sortedKeys(c.Tiers)
+			bad(f+".tier", "unknown tier %q (have %s)%s", clip(tc.Tier), joinKeys(tiers), suggest.DidYouMean(tc.Tier, tiers))
 		}
 		if len(tc.APIKeysSHA256) == 0 {
 			bad(f+".api_keys_sha256", "at least one key hash is required")

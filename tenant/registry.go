@@ -74,11 +74,8 @@ func NewRegistry(c Config) (*Registry, error) {
 	r := &Registry{byHash: make(map[[32]byte]keyEntry, len(c.Tenants)), byID: make(map[string]*Tenant, len(c.Tenants)), tiers: c.Tiers}
 	for _, tc := range c.Tenants {
 		tier := c.Tiers[tc.Tier]
-		t := &Tenant{ID: tc.ID, Tier: tc.Tier, Rate: tier.Rate, Burst: tier.Burst,
-			MaxConcurrent: tier.MaxConcurrent, Rank: tier.Rank, Pool: tier.Pool, Groups: tier.Groups}
-		if t.Pool == "" {
-			t.Pool = tc.Tier
-		}
+		t := new(tier.Defaults(tc.Tier))
+		t.ID, t.Exempt = tc.ID, tc.Exempt
 		if tc.Rate != nil {
 			t.Rate = *tc.Rate
 		}
@@ -87,31 +84,16 @@ func NewRegistry(c Config) (*Registry, error) {
 		}
 		if tc.MaxConcurrent != nil {
 			t.MaxConcurrent = *tc.MaxConcurrent
+			t.CriticalReserve = criticalReserve(t.MaxConcurrent, tier.CriticalReservePercent)
 		}
-		ls := tier.Limits
 		if tc.Limits != nil {
-			ls = tc.Limits
+			t.Limits = resolveLimits(tc.Limits)
 		}
-		for _, l := range ls {
-			t.Limits = append(t.Limits, l.Resolve())
-		}
-		t.Shadow, t.Exempt, t.Mode = tier.Shadow, tc.Exempt, tier.Mode
 		if tc.Shadow != nil {
 			t.Shadow = *tc.Shadow
 		}
-		t.Weight = tier.Weight
 		if tc.Weight != nil {
-			t.Weight = *tc.Weight
-		}
-		if t.Weight <= 0 {
-			t.Weight = 1
-		}
-		pct := DefaultCriticalReservePercent
-		if tier.CriticalReservePercent != nil {
-			pct = *tier.CriticalReservePercent
-		}
-		if t.MaxConcurrent > 0 && pct > 0 {
-			t.CriticalReserve = max(1, (t.MaxConcurrent*pct+99)/100)
+			t.Weight = *tc.Weight // in (0, 1e6]: checked by Validate
 		}
 		for _, h := range tc.APIKeysSHA256 {
 			sum, _ := ParseKeyHash(h) // checked by Validate
@@ -120,6 +102,49 @@ func NewRegistry(c Config) (*Registry, error) {
 		r.byID[t.ID] = t
 	}
 	return r, nil
+}
+
+// Defaults returns what a tenant of this tier, named name, is when its
+// own entry overrides nothing: the tier's quota, cap, rank, groups, mode
+// and shadow, with the defaults filled in (the pool named like the tier,
+// weight 1, the critical reserve of DefaultCriticalReservePercent) and the
+// limits resolved. NewRegistry starts every tenant from it, so what
+// `fairgate check-config` shows per tier is what its tenants get. ID is
+// empty.
+func (tc TierConfig) Defaults(name string) Tenant {
+	t := Tenant{Tier: name, Rate: tc.Rate, Burst: tc.Burst, MaxConcurrent: tc.MaxConcurrent, Rank: tc.Rank,
+		Pool: tc.Pool, Groups: tc.Groups, Weight: tc.Weight, Limits: resolveLimits(tc.Limits), Mode: tc.Mode, Shadow: tc.Shadow}
+	if t.Pool == "" {
+		t.Pool = name
+	}
+	if t.Weight <= 0 {
+		t.Weight = 1
+	}
+	t.CriticalReserve = criticalReserve(t.MaxConcurrent, tc.CriticalReservePercent)
+	return t
+}
+
+// criticalReserve is the reserve above a cap of maxConcurrent at pct
+// percent (nil: DefaultCriticalReservePercent), rounded up and at least
+// one when neither is zero.
+func criticalReserve(maxConcurrent int, pct *int) int {
+	p := DefaultCriticalReservePercent
+	if pct != nil {
+		p = *pct
+	}
+	if maxConcurrent <= 0 || p <= 0 {
+		return 0
+	}
+	return max(1, (maxConcurrent*p+99)/100)
+}
+
+// resolveLimits resolves each of ls; nil when there are none.
+func resolveLimits(ls []LimitConfig) []Limit {
+	var out []Limit
+	for _, l := range ls {
+		out = append(out, l.Resolve())
+	}
+	return out
 }
 
 // Lookup returns the tenant whose API key is key. The key is hashed at once

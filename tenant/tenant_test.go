@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func validConfig() Config {
@@ -31,7 +33,8 @@ func TestValidateNamesTheField(t *testing.T) {
 	}{
 		{"rate", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 0, Burst: 1} }, "tiers.pro.rate: must be > 0"},
 		{"burst", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: -3} }, "tiers.pro.burst: must be >= 1"},
-		{"unknown tier", func(c *Config) { c.Tenants[0].Tier = "gold" }, `tenants[0] (globex).tier: unknown tier "gold"`},
+		{"unknown tier", func(c *Config) { c.Tenants[0].Tier = "gold" }, `tenants[0] (globex).tier: unknown tier "gold" (have pro, starter)` + "\n"},
+		{"misspelt tier", func(c *Config) { c.Tenants[0].Tier = "prp" }, `tenants[0] (globex).tier: unknown tier "prp" (have pro, starter); did you mean ` + "`pro`?"},
 		{"duplicate tenant", func(c *Config) { c.Tenants[1].ID = "globex" }, "duplicate tenant: also tenants[0]"},
 		{"duplicate key", func(c *Config) { c.Tenants[1].APIKeysSHA256 = c.Tenants[0].APIKeysSHA256 }, "duplicate key hash: also used by globex"},
 		{"bad hash", func(c *Config) { c.Tenants[0].APIKeysSHA256 = []string{"demo-pro-key"} }, "tenants[0] (globex).api_keys_sha256[0]: want 64 hex digits"},
@@ -75,7 +78,7 @@ func TestValidateNamesTheField(t *testing.T) {
 			c := validConfig()
 			tt.mutate(&c)
 			err := c.Validate()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
+			if err == nil || !strings.Contains(err.Error()+"\n", tt.want) {
 				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
 			}
 		})
@@ -262,4 +265,40 @@ func TestWeightAndCriticalReserve(t *testing.T) {
 // credsOf is what an HTTP stack hands FindKey for a request with header h.
 func credsOf(h http.Header) Credentials {
 	return Credentials{Authorization: h.Get("Authorization"), APIKey: h["X-Api-Key"]}
+}
+
+// TestTierDefaults: what check-config shows per tier is what a tenant of
+// the tier that overrides nothing gets from NewRegistry, and an override
+// of max_concurrent carries the tier's reserve percentage with it.
+func TestTierDefaults(t *testing.T) {
+	c := validConfig()
+	fifty, eight := 50, 8
+	c.Tiers["pro"] = TierConfig{Rate: 20, Burst: 100, MaxConcurrent: 4, Rank: 1, CriticalReservePercent: &fifty,
+		Limits: []LimitConfig{{Name: "daily", Burst: 86400, Per: 24 * time.Hour}}}
+	c.Tenants = append(c.Tenants, TenantConfig{ID: "acme", Tier: "pro", APIKeysSHA256: []string{HashKey("k3")}, MaxConcurrent: &eight})
+	r, err := NewRegistry(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"globex", "initech"} {
+		got, _ := r.ByID(id)
+		want := c.Tiers[got.Tier].Defaults(got.Tier)
+		want.ID = id
+		if diff := cmp.Diff(want, *got); diff != "" {
+			t.Errorf("%s differs from its tier's defaults (-want +got):\n%s", id, diff)
+		}
+	}
+	d := c.Tiers["pro"].Defaults("pro")
+	if d.Pool != "pro" || d.Weight != 1 || d.CriticalReserve != 2 || len(d.Limits) != 1 || d.Limits[0].Rate != 1 {
+		t.Errorf("pro's defaults = %+v, want pool pro, weight 1, reserve 2 (50%% of 4), daily at 1 a second", d)
+	}
+	if s := c.Tiers["starter"].Defaults("starter"); s.CriticalReserve != 0 {
+		t.Errorf("starter (no cap) has a reserve of %d", s.CriticalReserve)
+	}
+	// Negative control: an override differs from the defaults, and its
+	// reserve follows its own cap (50% of 8), not the tier's.
+	acme, _ := r.ByID("acme")
+	if acme.MaxConcurrent != 8 || acme.CriticalReserve != 4 {
+		t.Errorf("acme: max_concurrent %d (+%d), want 8 (+4)", acme.MaxConcurrent, acme.CriticalReserve)
+	}
 }

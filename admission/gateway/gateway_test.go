@@ -312,7 +312,7 @@ func TestConfigErrorsNameFieldAndFile(t *testing.T) {
 		{name: "unmatched cost above burst", from: "routes:\n", to: "unmatched: {cost: 30}\nroutes:\n", want: "unmatched.cost: 30 is above tiers.starter.burst (25)"},
 		{name: "unknown field path", from: "    cost: 5\n", to: "    cost: 5\n    max_concurent: 3\n", want: "routes[1].max_concurent: unknown field (line "},
 		{name: "duration without unit", from: "upstream_timeout: 10s\n", to: "upstream_timeout: 10\n", want: "server.upstream_timeout: cannot unmarshal !!int `10` into time.Duration (a duration needs a unit"},
-		{name: "criticality typo", from: "criticality: sheddable\n", to: "criticality: shedable\n", want: `routes[2].criticality: shed: unknown criticality "shedable"`},
+		{name: "criticality typo", from: "criticality: sheddable\n", to: "criticality: shedable\n", want: `routes[2].criticality: unknown criticality "shedable"`},
 		{name: "newline in a name", from: "  pro:\n", to: "  \"pr\\no\":\n", want: `tiers."pr\no": tier name must be`},
 		{name: "encoded_slashes", from: "routes:\n", to: "encoded_slashes: decode\nroutes:\n", want: `encoded_slashes: "decode" is not refuse or allow`},
 		{name: "limit per", from: proTier, to: proTier + "    limits: [{name: daily, burst: 1000, per: 0.5ms}]\n", want: "tiers.pro.limits[0].per: must be at least 1ms"},

@@ -42,7 +42,9 @@ func (p FailurePolicy) String() string {
 func (p FailurePolicy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
 // UnmarshalText parses "local", "fail_open" or "fail_closed" (empty means
-// local) and rejects anything else, so a typo fails at load time.
+// local) and rejects anything else, so a typo fails at load time. As for
+// each of the package's words, the error names no package: the decoder
+// puts the field's path in the file before it.
 func (p *FailurePolicy) UnmarshalText(b []byte) error {
 	switch string(b) {
 	case "local", "":
@@ -52,7 +54,7 @@ func (p *FailurePolicy) UnmarshalText(b []byte) error {
 	case "fail_closed":
 		*p = FailClosed
 	default:
-		return fmt.Errorf("redisstore: unknown failure_policy %q (want local, fail_open or fail_closed)", b)
+		return fmt.Errorf("unknown failure_policy %q (want local, fail_open or fail_closed)", b)
 	}
 	return nil
 }
@@ -97,7 +99,7 @@ func (m *Mode) UnmarshalText(b []byte) error {
 	case "sync":
 		*m = Sync
 	default:
-		return fmt.Errorf("redisstore: unknown mode %q (want exact or sync)", b)
+		return fmt.Errorf("unknown mode %q (want exact or sync)", b)
 	}
 	return nil
 }
@@ -140,7 +142,7 @@ func (m BackstopMode) MarshalText() ([]byte, error) { return []byte(m.String()),
 func (m *BackstopMode) UnmarshalText(b []byte) error {
 	var mode Mode
 	if err := mode.UnmarshalText(b); err != nil {
-		return fmt.Errorf("redisstore: unknown backstop_mode %q (want sync or exact)", b)
+		return fmt.Errorf("unknown backstop_mode %q (want sync or exact)", b)
 	}
 	*m = BackstopSync
 	if mode == Exact && len(b) > 0 {

@@ -33,7 +33,6 @@ import (
 
 	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/admission/redisstore"
-	"github.com/fairgate/fairgate/admission/rls"
 	"github.com/fairgate/fairgate/deploy/examples"
 	"github.com/fairgate/fairgate/internal/demoapi"
 	"github.com/fairgate/fairgate/internal/tracelog"
@@ -382,31 +381,6 @@ func demoUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
-	}
-	return nil
-}
-
-func checkConfig(args []string, stdout io.Writer) error {
-	load, rlsOnly := gateway.Load, len(args) == 2 && args[0] == "--rls"
-	if rlsOnly {
-		load, args = gateway.LoadRLS, args[1:]
-	}
-	if len(args) != 1 {
-		return errors.New("usage: fairgate check-config [--rls] FILE")
-	}
-	cfg, err := load(args[0])
-	if err != nil {
-		return err
-	}
-	if !rlsOnly {
-		fmt.Fprintf(stdout, "%s: ok (%d tiers, %d tenants, %d routes)\n", args[0], len(cfg.Tenants.Tiers), len(cfg.Tenants.Tenants), len(cfg.Admission.Routes))
-	}
-	if cfg.RLS != nil {
-		rules, err := rls.LoadRules(cfg.RLS.Configs)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s: rls ok (domains: %s)\n", args[0], strings.Join(rules.Domains(), ", "))
 	}
 	return nil
 }
