@@ -151,7 +151,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
 		}
 		if !embedded {
-			if err := o.Metrics.registerStore(); err != nil {
+			if err := o.Metrics.RegisterStore(); err != nil {
 				return nil, fmt.Errorf("admission: register metrics: %w", err)
 			}
 		}

@@ -86,7 +86,7 @@ func (r *recentRejections) add(e *recentEntry) {
 func (r *recentRejections) list(limit int) []RecentRejection {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := min(r.n, limit)
+	n := max(0, min(r.n, limit))
 	out := make([]RecentRejection, 0, n)
 	for i := 1; i <= n; i++ {
 		e := &r.ring[(r.next-i+len(r.ring))%len(r.ring)]

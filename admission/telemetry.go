@@ -197,7 +197,7 @@ type Metrics struct {
 	// store's Options.OnBreakerChange hook sets it (see SetBreakerState).
 	StoreBreaker *prometheus.GaugeVec
 
-	storeOnce sync.Once // registerStore
+	storeOnce sync.Once // RegisterStore
 	storeErr  error
 
 	mu       sync.RWMutex
@@ -270,12 +270,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// registerStore registers the shared store's families (take latency,
+// RegisterStore registers the shared store's families (take latency,
 // fail-closed errors, failure-policy decisions, breaker state) once, when
-// a gate on a shared store is made: on the embedded store they would be
+// a gate on a shared store is made (and by whoever else serves decisions
+// of one, as the rate limit service alone does): on the embedded store they would be
 // zeros that say nothing, and a dashboard would show a Redis that is not
 // there.
-func (m *Metrics) registerStore() error {
+func (m *Metrics) RegisterStore() error {
 	m.storeOnce.Do(func() {
 		for _, c := range []prometheus.Collector{m.storeTake, m.storeErrs, m.StorePolicy, m.StoreBreaker} {
 			if m.storeErr = m.reg.Register(c); m.storeErr != nil {

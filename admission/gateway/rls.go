@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -101,6 +102,11 @@ func NewRLSOnly(cfg Config, o Options) (*RLSOnly, error) {
 
 // Server returns the rate limit service.
 func (r *RLSOnly) Server() *rls.Server { return r.srv }
+
+// CheckAdminListener refuses ln's address for the admin listener when it
+// is not loopback and no admin token is set (a loopback admin_listen name
+// that resolved elsewhere), as Server.Serve does.
+func (r *RLSOnly) CheckAdminListener(addr net.Addr) error { return r.admin.checkListener(addr) }
 
 // AdminHandler returns the admin listener's handler, behind the same Host
 // and token checks as Server's (AdminConfig). The config is not reloaded:

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +12,8 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/fairgate/fairgate/internal/redistest"
 )
 
 func rlsRule(rpu string) string {
@@ -116,4 +121,32 @@ func newRLSOnly(t *testing.T, parse func([]byte) (Config, error), data []byte) *
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// TestRLSStoreMetrics: the rate limit service alone on Redis exports the
+// shared store's families (breaker, failure policy) as the gateway does,
+// though no gate registers them there; on the embedded store it does not.
+func TestRLSStoreMetrics(t *testing.T) {
+	dir := t.TempDir()
+	writeAtomically(t, filepath.Join(dir, "d.yaml"), rlsRule("1"))
+	srv := redistest.StartServer(t)
+	for _, tc := range []struct {
+		name, redis string
+		want        bool
+	}{{"redis", "redis:\n  addrs: [" + srv.Addr() + "]\n", true}, {"embedded", "", false}} {
+		r := newRLSOnly(t, ParseRLS, []byte("rls:\n  configs: ["+dir+"]\n"+tc.redis))
+		adm := httptest.NewServer(r.AdminHandler())
+		resp, err := http.Get(adm.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		adm.Close()
+		for _, name := range []string{"fairgate_store_breaker_state", "fairgate_store_policy_decisions_total"} {
+			if got := strings.Contains(string(body), "\n"+name+"{"); got != tc.want {
+				t.Errorf("%s: /metrics has %s: %v, want %v", tc.name, name, got, tc.want)
+			}
+		}
+	}
 }

@@ -200,7 +200,13 @@ func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, er
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := tel.reg.Register(newStoreCollector(stats)); err != nil {
+	err = tel.reg.Register(newStoreCollector(stats))
+	if err == nil && stats != nil {
+		// The Redis store's families, for the rate limit service alone
+		// too (the gateway's gate would register them itself).
+		err = tel.metrics.RegisterStore()
+	}
+	if err != nil {
 		for _, c := range closers {
 			_ = c()
 		}
@@ -308,6 +314,7 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 		changed bool
 	}{
 		{"listen", old.Listen != cfg.Listen}, {"admin_listen", old.AdminListen != cfg.AdminListen},
+		{"admin.recent_rejections", old.Admin.RecentRejections != cfg.Admin.RecentRejections},
 		{"upstream", old.Upstream != cfg.Upstream || old.UpstreamProtocol != cfg.UpstreamProtocol},
 		{"server (timeouts, max_header_bytes, engine, protocols, proxies)", !reflect.DeepEqual(oldSrv, newSrv)},
 		{"redis", !reflect.DeepEqual(old.Redis, cfg.Redis)}, {"tracing", !reflect.DeepEqual(old.Tracing, cfg.Tracing)},

@@ -70,7 +70,7 @@ func (b bucket) fullAt(l Limit) int64 {
 // answered r, an allowed one: its ResetAfter is the same arithmetic, done
 // once.
 func (b bucket) fullAfter(r Result) int64 {
-	if int64(r.ResetAfter) > math.MaxInt64-b.last {
+	if b.last > math.MaxInt64-int64(r.ResetAfter) { // ResetAfter ≥ 0
 		return math.MaxInt64
 	}
 	return b.last + int64(r.ResetAfter)

@@ -164,8 +164,12 @@ func (s *MemoryStore) takeAt(now int64, clock bool, k BucketKey, l Limit, cost f
 		sh.addLocked(h, e)
 	}
 	var r Result
-	if e.b, r = e.b.take(l, now, cost); r.Allowed { // a refusal changes nothing
+	if e.b, r = e.b.take(l, now, cost); r.Allowed {
 		e.fullAt = max(e.fullAt, e.b.fullAfter(r))
+	} else {
+		// Unchanged tokens, but perhaps a slower limit than the last
+		// take's: the bucket is full later, not earlier.
+		e.fullAt = max(e.fullAt, e.b.fullAt(l))
 	}
 	sh.mu.Unlock()
 	return r

@@ -38,6 +38,10 @@ func rlsCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := r.CheckAdminListener(aln.Addr()); err != nil {
+		aln.Close()
+		return err
+	}
 	admin := &http.Server{Handler: r.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second}
 	go admin.Serve(aln)
 	defer admin.Close()
