@@ -291,7 +291,7 @@ type storeCollector struct {
 func newStoreCollector(stats func() redisstore.Stats) *storeCollector {
 	return &storeCollector{stats: stats,
 		decisions: prometheus.NewDesc("fairgate_store_decisions_total",
-			"Decisions of the shared (Redis) store by source: redis, deny_cache, sync (local, sync mode), or policy (the failure policy, Redis trouble or overload).",
+			"Decisions of the shared (Redis) store by source: redis, deny_cache, sync (in process, reconciled with Redis: sync mode's buckets and, by default in either mode, the global backstop), or policy (the failure policy, Redis trouble or overload).",
 			[]string{"source"}, nil),
 		trips: prometheus.NewDesc("fairgate_store_round_trips_total",
 			"Round trips to Redis by result: ok (within redis.timeout), slow (answered later, still used), failed.",
