@@ -96,9 +96,12 @@ func waitFor(t *testing.T, cond func() bool) {
 // lets the flood through: the shed layer refuses exports with 503, and
 // acme's users/me (critical) keeps succeeding, the critical reserve
 // (admission/reserve.go) keeping the limit's last permits for them. This is
-// a real-time smoke test on a shared machine: it asks for 95% of the reads
-// (in quiet runs all of them pass, and without shedding 2–4 of 125). The
-// 99% claim and its negative control are deterministic, in admission's
+// a real-time smoke test on a shared machine, so it checks the wiring, not
+// the figure: it asks for 80% of the reads. In quiet runs all of them pass;
+// a CI run on a loaded machine passed 118 of 125 (the adaptive limit fell
+// under the permits already held); with users/me sent as sheddable (the
+// priority lost on the way) 67 of 126 passed. The 99% claim and its
+// negative control are deterministic, in admission's
 // TestCriticalReserveKeepsReadsBesideAnExportFlood (synctest).
 func TestEndToEndShedding(t *testing.T) {
 	if testing.Short() {
@@ -116,8 +119,8 @@ func TestEndToEndShedding(t *testing.T) {
 				t.Fatalf("only %d reads sent", res.criticalSent)
 			case tc.shedding && res.shed == 0:
 				t.Fatalf("no export was shed: %+v", res)
-			case tc.shedding && float64(res.criticalOK) < 0.95*float64(res.criticalSent):
-				t.Fatalf("acme users/me: %d of %d succeeded, want >= 95%%", res.criticalOK, res.criticalSent)
+			case tc.shedding && float64(res.criticalOK) < 0.80*float64(res.criticalSent):
+				t.Fatalf("acme users/me: %d of %d succeeded, want >= 80%%", res.criticalOK, res.criticalSent)
 			case !tc.shedding && res.shed != 0:
 				t.Fatalf("shedding disabled but %d requests were shed", res.shed)
 			}
