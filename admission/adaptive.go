@@ -39,7 +39,7 @@ func (g *Gate) admitAdaptive(ctx context.Context, l *Lease) (shed.Permit, bool) 
 	if g.reserve != nil && !l.critical {
 		keep = g.reserve.size()
 	}
-	p, ok := g.limiter.TryAcquireLeaving(l.class, keep)
+	p, ok := g.limiter.TryAcquireLeaving(l.route.class, keep)
 	switch {
 	case g.pools != nil:
 		ok = true

@@ -63,8 +63,11 @@ type Exchange interface {
 // written to x in full. An admitted request has the headers a client may
 // not set stripped, its X-Tenant-Id and X-Tenant-Tier set on x's request,
 // and its credential removed when the config hides credentials; the caller
-// then drives the decision's lease (StartUpstream, Answered, Release).
-// reqID is the request's X-Request-Id, already on the answer. The error is
+// then drives the decision's lease (StartUpstream, AnsweredStatus or
+// UpstreamFailed, Release), and records the request in the RED metrics
+// (StartRequest when it arrives, Decided with the decision, Answered once
+// the answer is written). reqID is the request's X-Request-Id, already on
+// the answer. The error is
 // ctx's, when the client went away while the pipeline decided. The
 // pipeline keeps none of req's strings (path, header values) past the
 // call, so they may be views of the caller's buffers.

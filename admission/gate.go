@@ -274,7 +274,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 			return d, err
 		}
 		d.Exempt = d.Route.Exempt
-		d.lease.g, d.lease.class, d.lease.critical, d.lease.exempt = g, d.Route.class, d.Route.Criticality == shed.Critical, d.Exempt
+		d.lease.g, d.lease.route, d.lease.critical, d.lease.exempt = g, d.Route, d.Route.Criticality == shed.Critical, d.Exempt
 		g.setFairRequest(&d)
 		d.Allowed = true
 		return d, nil
@@ -286,7 +286,7 @@ func (g *Gate) check(ctx context.Context, req Request) (d Decision, err error) {
 	if err := g.rate(ctx, c, &d); err != nil || d.Status != 0 {
 		return d, err
 	}
-	d.lease.g, d.lease.class, d.lease.critical, d.lease.exempt = g, d.Route.class, d.Route.Criticality == shed.Critical, d.Exempt
+	d.lease.g, d.lease.route, d.lease.critical, d.lease.exempt = g, d.Route, d.Route.Criticality == shed.Critical, d.Exempt
 	if g.admitConcurrency(ctx, &d); d.Status != 0 {
 		return d, nil
 	}

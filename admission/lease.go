@@ -17,9 +17,10 @@ import (
 //
 //	if !lease.StartUpstream(ctx) { … 503 ReasonLimitReached … }
 //	resp, err := call upstream
-//	if err == nil { lease.Answered() } // the limit learns the latency
+//	if err == nil { lease.AnsweredStatus(resp.StatusCode) } // the limit learns the latency
+//	if no answer { lease.UpstreamFailed() }
 //	…
-//	lease.Release()                    // always, once the request is done
+//	lease.Release() // always, once the request is done
 //
 // Gate.Middleware does all three around the handler it wraps.
 //
@@ -35,7 +36,7 @@ type Lease struct {
 	shed   *poolShed
 	work   time.Duration // the call's work as the shedder counted it
 	permit shed.Permit
-	class  int // the route's latency class, for the adaptive limit
+	route  *Route // its latency class for the adaptive limit, its name for the upstream's metric
 	// critical: the route is critical, which may take the adaptive
 	// limit's critical reserve; reserved: the permit is counted in it.
 	critical, reserved bool
@@ -50,6 +51,12 @@ type Lease struct {
 	// layer to hold one of). answered: Answered ran (the permit is
 	// released and the completion counted).
 	started, answered bool
+	// upStart is when StartUpstream ran, with metrics on: the start of
+	// the call fairgate_upstream_duration_seconds times.
+	upStart time.Time
+	// refused: StartUpstream found the adaptive limit reached; the
+	// request was rejected after all.
+	refused bool
 }
 
 // Lease returns what the admitted request holds. It is the lease of d
@@ -70,12 +77,16 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 		return true
 	}
 	l.started = true
+	if l.g.metrics != nil {
+		l.upStart = l.g.now()
+	}
 	if l.exempt {
 		return true
 	}
 	p, ok := l.g.admitAdaptive(ctx, l)
 	if !ok {
 		l.Release()
+		l.refused = true // after Release, which clears the lease
 		return false
 	}
 	l.permit = p
@@ -89,9 +100,18 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 // seat and slot. Call it only for a call that says something about the
 // upstream's capacity, not when the upstream could not be reached or the
 // client went away.
-func (l *Lease) Answered() {
+func (l *Lease) Answered() { l.AnsweredStatus(0) }
+
+// AnsweredStatus is Answered for an upstream that answered status: the
+// call, from StartUpstream until now, is also recorded in
+// fairgate_upstream_duration_seconds under its status class (not when
+// status is 0, unknown).
+func (l *Lease) AnsweredStatus(status int) {
 	if l.g == nil || l.answered {
 		return
+	}
+	if status != 0 {
+		l.observeUpstream(status)
 	}
 	l.answered = true
 	l.permit.Record()
@@ -99,6 +119,26 @@ func (l *Lease) Answered() {
 	if l.shed != nil {
 		l.shed.completed.Add(1)
 		l.shed.work.Add(int64(l.work))
+	}
+}
+
+// UpstreamFailed is Release for a call the upstream did not answer (the
+// connection was refused or reset, the call timed out): the call is
+// recorded in fairgate_upstream_duration_seconds as status class error,
+// and the adaptive limit learns nothing from it. Not for a client that
+// went away: that says nothing of the upstream.
+func (l *Lease) UpstreamFailed() {
+	if l.g != nil && !l.answered {
+		l.observeUpstream(0)
+	}
+	l.Release()
+}
+
+// observeUpstream records the call started by StartUpstream, which status
+// (0: none) ended.
+func (l *Lease) observeUpstream(status int) {
+	if l.g.metrics != nil && l.started && !l.upStart.IsZero() {
+		l.g.metrics.red.upstreamCall(l.route.Name, status, l.g.now().Sub(l.upStart))
 	}
 }
 

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,7 @@ const (
 
 func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		red := g.StartRequest()
 		prio, hasPrio := g.trustedPriority(r)
 		stripClientHeaders(r.Header)
 		ctx := r.Context()
@@ -52,6 +54,8 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		if err != nil {
 			// The client went away while we decided; nobody reads this.
 			w.WriteHeader(StatusClientClosedRequest)
+			red.Decided(&d)
+			red.Answered(StatusClientClosedRequest)
 			return
 		}
 		// What the request keeps is allocated once, now that the
@@ -89,6 +93,8 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			w.WriteHeader(status)
 			w.Write(body)
 			rejectBuffers.Put(buf)
+			red.Decided(dp)
+			red.Answered(status)
 			return
 		}
 		rejectBuffers.Put(buf)
@@ -96,8 +102,12 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		tw.ResponseWriter = w
 		defer func() {
 			lease.Release()
-			if p := recover(); p != nil {
-				g.handlerPanicked(tw, p, reqID)
+			p := recover()
+			abort := p != nil && g.handlerPanicked(tw, p, reqID)
+			red.Decided(dp) // after the upstream call, which the adaptive limit may have refused
+			red.Answered(tw.status)
+			if abort {
+				panic(http.ErrAbortHandler)
 			}
 		}()
 		if g.cfg.Load().hideCredentials {
@@ -109,7 +119,7 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		}
 		next.ServeHTTP(tw, r.WithContext(st))
 		if call == upstreamIsNext && ctx.Err() == nil {
-			lease.Answered()
+			lease.AnsweredStatus(cmp.Or(tw.status, http.StatusOK))
 		}
 	})
 }
@@ -137,35 +147,40 @@ func (a *admitted) Value(key any) any {
 // handlerPanicked contains a panic in the handler behind the middleware
 // (embedded use): what the request held is already released, the panic is
 // logged, and the client gets a 500 if nothing was written yet. Other
-// requests are unaffected. http.ErrAbortHandler, and a panic after the
-// response began, abort the connection as net/http does.
-func (g *Gate) handlerPanicked(tw *trackingWriter, p any, reqID string) {
+// requests are unaffected. It reports whether the connection must be
+// aborted instead (panic with http.ErrAbortHandler), as net/http does for
+// http.ErrAbortHandler itself and for a panic after the response began.
+func (g *Gate) handlerPanicked(tw *trackingWriter, p any, reqID string) (abort bool) {
 	if p == http.ErrAbortHandler {
-		panic(p)
+		return true
 	}
 	g.log.Error("handler panicked", "request_id", reqID, "panic", fmt.Sprint(p))
-	if tw.wrote {
-		panic(http.ErrAbortHandler)
+	if tw.status != 0 {
+		return true
 	}
 	WriteReason(tw, ReasonHandlerPanic, 0, reqID, "")
+	return false
 }
 
-// trackingWriter notes whether the response has begun, so a panic handler
-// knows whether a 500 can still be sent.
+// trackingWriter notes the response's status once it has begun (0
+// before), so a panic handler knows whether a 500 can still be sent and
+// the RED metrics what was answered.
 type trackingWriter struct {
 	http.ResponseWriter
-	wrote bool
+	status int
 }
 
 func (t *trackingWriter) WriteHeader(code int) {
-	if code >= 200 {
-		t.wrote = true
+	if code >= 200 && t.status == 0 {
+		t.status = code
 	}
 	t.ResponseWriter.WriteHeader(code)
 }
 
 func (t *trackingWriter) Write(b []byte) (int, error) {
-	t.wrote = true
+	if t.status == 0 {
+		t.status = http.StatusOK
+	}
 	return t.ResponseWriter.Write(b)
 }
 

@@ -197,6 +197,8 @@ type Metrics struct {
 	// store's Options.OnBreakerChange hook sets it (see SetBreakerState).
 	StoreBreaker *prometheus.GaugeVec
 
+	red *red // the RED families (red.go)
+
 	storeOnce sync.Once // RegisterStore
 	storeErr  error
 
@@ -252,6 +254,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairgate_store_breaker_state",
 			Help: "1 for the shared store's circuit breaker's current state (closed, half_open, open).",
 		}, []string{"state"}),
+		red:      newRED(),
 		counters: map[decisionLabels]prometheus.Counter{},
 		rejected: map[rejectLabels]prometheus.Counter{},
 	}
@@ -262,7 +265,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			m.StorePolicy.WithLabelValues(p, c)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.rejects, m.queueWait} {
+	for _, c := range append([]prometheus.Collector{m.decisions, m.rejects, m.queueWait}, m.red.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -48,6 +48,8 @@ type conformanceCheck struct {
 	upstream    func(w http.ResponseWriter, r *http.Request)
 	upstreamURL func(t *testing.T) string
 	check       func(base string, up *recorder) error
+	// checkServer, when set, is the check instead, given the server too.
+	checkServer func(base string, up *recorder, s *Server) error
 }
 
 func TestConformance(t *testing.T) {
@@ -57,7 +59,7 @@ func TestConformance(t *testing.T) {
 	for _, engine := range engines {
 		for _, c := range conformanceChecks {
 			t.Run(string(engine)+"/"+c.name, func(t *testing.T) {
-				base, up, _ := startGateway(t, func(cfg *Config) {
+				base, up, srv := startGateway(t, func(cfg *Config) {
 					cfg.Server.Engine = engine
 					if c.mutate != nil {
 						c.mutate(cfg)
@@ -67,7 +69,12 @@ func TestConformance(t *testing.T) {
 					}
 				}, Options{})
 				up.handler = c.upstream
-				err := c.check(base, up)
+				var err error
+				if c.checkServer != nil {
+					err = c.checkServer(base, up, srv)
+				} else {
+					err = c.check(base, up)
+				}
 				why, gap := knownGaps[engine][c.name]
 				switch {
 				case gap && err == nil:
@@ -108,6 +115,7 @@ var conformanceChecks = []conformanceCheck{
 	{name: "Connection cannot take the tenant's fields off", check: checkConnectionDefence},
 	{name: "a request's trailers never reach the upstream", check: checkRequestTrailers},
 	{name: "an announced body over max_body_bytes is refused before it is read", check: checkBodyOverLimit},
+	{name: "every answer is in the RED metrics", upstream: redUpstream, checkServer: checkREDMetrics},
 }
 
 func checkRequestTrailers(base string, up *recorder) error {

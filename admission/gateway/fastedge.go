@@ -211,6 +211,12 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	removeHopByHop(h)
 	x.setCredentials(h)
 	var ctx context.Context = &x.ctx
+	x.red = e.s.gate.StartRequest()
+	defer func() {
+		if !streams { // else when the body has streamed (upstreamBody.Close)
+			x.red.Answered(rc.Response.StatusCode())
+		}
+	}()
 	// The root span and the access log, as on the net/http edge.
 	ctx, rec := e.s.beginRequest(ctx, method, remote, reqID, fastCarrier{h},
 		func(tid []byte) { x.SetAnswerHeader(HeaderTraceID, tid) })
@@ -233,6 +239,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		req.RawPath = b2s(raw)
 	}
 	d, err := e.s.gate.Admit(ctx, req, x, reqID)
+	x.red.Decided(&d)
 	clear(x.creds) // views that the changes below may overwrite
 	x.credVals = [2]string{}
 	// The watch runs on through the upstream call (stopped there).
@@ -252,6 +259,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		}
 	}()
 	if !lease.StartUpstream(ctx) {
+		x.red.Decided(&d) // rejected after all
 		fw := fastAnswer{rc: rc}
 		admission.WriteReason(&fw, admission.ReasonLimitReached, time.Second, reqID, "")
 		return
@@ -280,8 +288,8 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	if err != nil {
 		fasthttp.ReleaseResponse(up)
 		spanFailed(uctx, err)
-		lease.Release() // not a healthy call: the limit learns nothing from it
 		f := e.s.upstreamFailed(ctx, err, reqID)
+		f.release(lease) // not a healthy call: the limit learns nothing from it
 		f.answer(&fastAnswer{rc: rc}, reqID)
 		if f.clientGone {
 			rc.SetConnectionClose()
@@ -289,7 +297,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 		return
 	}
 	upstreamStatus(uctx, up.StatusCode())
-	lease.Answered()
+	lease.AnsweredStatus(up.StatusCode())
 	up.Header.Del("Connection")
 	up.Header.Del("Keep-Alive")
 	renameFastRateLimit(&up.Header)
@@ -360,6 +368,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 }
 
 func (b *upstreamBody) Close() error {
+	b.x.red.Answered(b.up.StatusCode())
 	fasthttp.ReleaseResponse(b.up)
 	b.lease.Release()
 	x, pool := b.x, b.pool

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fairgate/fairgate/admission"
 )
 
 // fastCarrier is a fasthttp request's header as a propagation carrier.
@@ -59,6 +61,8 @@ type fastExchange struct {
 	// bodyRead: readBody read the request's body (a rejection after it
 	// need not close the connection).
 	bodyRead bool
+	// red is the request's record in the RED metrics
+	red admission.RequestMetrics
 	// readBody and clientGone as func values, made once
 	readBodyFn func() error
 	goneFn     func()

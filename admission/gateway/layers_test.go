@@ -115,7 +115,7 @@ func TestEndToEndShedding(t *testing.T) {
 			res := flood(t, tc.shedding)
 			t.Logf("%s: %+v", tc.name, res)
 			switch {
-			case res.criticalSent < 100:
+			case res.criticalSent < 50: // ~125 on a quiet machine; 80 under the race detector beside other tests
 				t.Fatalf("only %d reads sent", res.criticalSent)
 			case tc.shedding && res.shed == 0:
 				t.Fatalf("no export was shed: %+v", res)

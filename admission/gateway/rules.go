@@ -26,8 +26,8 @@ type upstreamFailure struct {
 // upstreamFailed maps a failed upstream call's err to the contract: 413
 // when the body outgrew the limit while streaming, 499 when the client
 // went away (ctx done), 504 on a timeout, 502 otherwise. It logs the
-// failure; the caller writes the answer (answer) and has released the
-// lease without teaching the adaptive limit.
+// failure; the caller releases the lease (release: the adaptive limit
+// learns nothing) and writes the answer (answer).
 func (s *Server) upstreamFailed(ctx context.Context, err error, reqID string) upstreamFailure {
 	var mbe *http.MaxBytesError
 	var te interface{ Timeout() bool } // net.Error's, and fasthttp.ErrTimeout's
@@ -44,6 +44,18 @@ func (s *Server) upstreamFailed(ctx context.Context, err error, reqID string) up
 		s.log.WarnContext(ctx, "upstream error", "request_id", reqID, "err", err)
 		return upstreamFailure{reason: admission.ReasonUpstreamUnreachable}
 	}
+}
+
+// release gives back the request's lease l after the failure f: a call
+// the upstream did not answer (a timeout, an unreachable upstream) is
+// recorded as such (Lease.UpstreamFailed); a client that went away, or a
+// body over the limit, says nothing of the upstream.
+func (f upstreamFailure) release(l *admission.Lease) {
+	if f.clientGone || f.reason == admission.ReasonBodyTooLarge {
+		l.Release()
+		return
+	}
+	l.UpstreamFailed()
 }
 
 // answer writes f to w (for the fasthttp engine, w is its fastAnswer).

@@ -164,7 +164,7 @@ func New(cfg Config, o Options) (*Server, error) {
 			// Headers are in: the adaptive limit learns the upstream's
 			// latency now, not the time the client takes to read the body.
 			if d, ok := admission.FromContext(resp.Request.Context()); ok {
-				d.Lease().Answered()
+				d.Lease().AnsweredStatus(resp.StatusCode)
 			}
 			upstreamAnswering(resp.Request.Context())
 			renameUpstreamRateLimit(resp.Header)
@@ -372,6 +372,8 @@ func (s *Server) hygieneInner(next http.Handler) http.Handler {
 		w = newProgressWriter(w, r, srv.WriteIdleTimeout)
 		max := srv.MaxBodyBytes
 		if announcedTooLarge(w, r.ContentLength, max, id) {
+			red := s.gate.StartRequest() // an answer of the edge's own (fastedge's is in its exchange's)
+			red.Answered(http.StatusRequestEntityTooLarge)
 			return
 		}
 		// A request without a body (net/http's NoBody: no Content-Length
@@ -419,11 +421,12 @@ func renameUpstreamRateLimit(h http.Header) {
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	id := w.Header().Get(admission.HeaderRequestID)
 	upstreamFailed(r, err)
+	f := s.upstreamFailed(r.Context(), err, id)
 	// The upstream did not answer: release now, without teaching the
 	// adaptive limit that this was a healthy call (the middleware's later
 	// Release does nothing). A call held past max_latency still cuts it.
 	if d, ok := admission.FromContext(r.Context()); ok {
-		d.Lease().Release()
+		f.release(d.Lease())
 	}
-	s.upstreamFailed(r.Context(), err, id).answer(w, id)
+	f.answer(w, id)
 }
