@@ -6,6 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
@@ -156,10 +159,9 @@ func rejectionsByLayer(sums [counterKinds]int64) map[string]int64 {
 
 func (g *Gate) tenantState(t *tenant.Tenant, now time.Time) TenantState {
 	st := TenantState{ID: t.ID, Tier: t.Tier, Rate: round3(t.Rate), Burst: round3(t.Burst),
-		MaxConcurrent: t.CapFor(false, g.instances()), InFlight: g.caps.InFlight(t.ID),
+		MaxConcurrent: t.CapFor(false, g.instances()), InFlight: g.tenantInFlight(t.ID),
 		RejectionsLastMinute: rejectionsByLayer(g.rejections.sums(t.ID, now))}
 	if g.pools != nil {
-		st.InFlight = g.pools.Executing(t.ID)
 		if ps, ok := g.poolState(t.Pool, now); ok {
 			st.Pool, st.PoolStats = t.Pool, &ps
 			sh := g.pools.Share(t.Pool, t.ID)
@@ -178,6 +180,50 @@ func (g *Gate) tenantState(t *tenant.Tenant, now time.Time) TenantState {
 		st.Tokens = &tok
 	}
 	return st
+}
+
+// tenantInFlight returns the tenant's requests executing upstream: holding
+// a seat when there are pools, else a concurrency slot.
+func (g *Gate) tenantInFlight(id string) int {
+	if g.pools != nil {
+		return g.pools.Executing(id)
+	}
+	return g.caps.InFlight(id)
+}
+
+// tenantCounter is one of Options.Metrics' decision counters, of tenant.
+type tenantCounter struct {
+	tenant string
+	c      prometheus.Counter
+}
+
+// admittedTotals sets into to each tenant's requests admitted so far
+// (admitted, exempt or admitted by shadow mode) as Options.Metrics'
+// decision counters count them; into is left empty without Metrics. buf is
+// the caller's scratch, kept for the next call. The counters are read
+// outside the metrics' lock, so that a new label set is never held up.
+func (g *Gate) admittedTotals(into map[string]uint64, buf *[]tenantCounter) {
+	clear(into)
+	m := g.metrics
+	if m == nil {
+		return
+	}
+	cs := (*buf)[:0]
+	m.mu.RLock()
+	for k, c := range m.counters {
+		if k.tenant != "" && (k.layer == LayerNone || k.shadow) {
+			cs = append(cs, tenantCounter{k.tenant, c})
+		}
+	}
+	m.mu.RUnlock()
+	var pb dto.Metric
+	for _, tc := range cs {
+		if tc.c.Write(&pb) == nil {
+			into[tc.tenant] += uint64(pb.GetCounter().GetValue())
+		}
+	}
+	clear(cs) // keep no counter of a tenant a reload removed
+	*buf = cs[:0]
 }
 
 // poolState returns the named pool's state.

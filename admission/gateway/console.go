@@ -34,11 +34,14 @@ type consoleInfo struct {
 //	GET /admin/pools          the pools, the adaptive limit, the shed thresholds
 //	GET /admin/rejections     the latest rejections, newest first (?limit=N, at most admin.recent_rejections)
 //	GET /admin/traces/{id}    a kept rejected trace, by trace ID or request ID
+//	GET /admin/history        every tenant's and pool's last 15 minutes, in 10 s samples
 //	GET /admin/console        what the console needs to know of the server
 //
 // The latest rejections are kept whether or not anyone looks (the last
 // admin.recent_rejections, 1,000 by default), so whoever opens the console
-// after an alert sees the flood that raised it.
+// after an alert sees the flood that raised it; so is the history
+// (admission.History, sampled from New to Close), which the page draws as
+// sparklines.
 func (s *Server) consoleRoutes(mux *http.ServeMux) {
 	static, _ := fs.Sub(consoleFiles, "console")
 	files := http.FileServerFS(static)
@@ -69,6 +72,9 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 		}
 		writeJSON(w, map[string]any{"rejections": s.gate.RecentRejections(limit)})
 	})
+	mux.HandleFunc("GET /admin/history", func(w http.ResponseWriter, r *http.Request) {
+		writeCompactJSON(w, s.history.h.View())
+	})
 	mux.HandleFunc("GET /admin/traces/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if s.traces == nil {
 			writeJSONError(w, http.StatusNotFound, "tracing is off: no traces are kept")
@@ -89,6 +95,14 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// writeCompactJSON is writeJSON without the indentation, for long arrays
+// of numbers (the history's series), which it would put one to a line.
+func writeCompactJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(v)
 }
 
 func writeJSONError(w http.ResponseWriter, status int, msg string) {

@@ -67,13 +67,14 @@ type Server struct {
 	started time.Time
 	closers []func() error
 	tel     *telemetry
-	traces  *TraceRing // nil: none
+	traces  *TraceRing      // nil: none
+	history *historySampler // the console's history (console.go)
 	// trusted are server.trusted_proxies, fixed at New.
 	trusted trustedProxies
 }
 
-// Close releases what New opened (the Redis store and client). Call it
-// after Serve has returned.
+// Close releases what New opened (the Redis store and client) and stops
+// the console's history sampling. Call it after Serve has returned.
 func (s *Server) Close() error {
 	var errs []error
 	for _, c := range s.closers {
@@ -179,6 +180,8 @@ func New(cfg Config, o Options) (*Server, error) {
 	// upstream, and nothing answers for fairgate outside the contract.
 	upstream := s.startUpstream(tel.upstreamSpan(proxy))
 	s.edge = s.hygiene(gate.ProxyMiddleware(upstream))
+	s.history = startHistory(gate, o.Now, admission.HistoryResolution)
+	s.closers = append(s.closers, s.history.close)
 	s.admin = newAdminAccess(cfg.AdminListen, access, s.adminMux(), o.Now)
 	s.ready.Store(true)
 	return s, nil

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,23 +22,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-// chromium returns the path of a Chromium or Chrome binary, or skips the
-// test: .ci/deps.sh installs Debian's chromium where it can.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("FAIRGATE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("no Chromium found (install Debian's chromium package, as .ci/deps.sh does, or set FAIRGATE_CHROMIUM): the console's browser test cannot run")
-	return ""
-}
+	"github.com/fairgate/fairgate/internal/chromiumtest"
+)
 
 // freeAddr returns a loopback address with a port free right now.
 func freeAddr(t *testing.T) string {
@@ -124,67 +109,6 @@ func flood(t *testing.T, gw, path, key string, n, c int) int {
 	return int(byRate.Load())
 }
 
-// browser starts headless Chromium for the test, with the flags it needs to
-// run as root in a container, and collects the page's console errors.
-func browser(t *testing.T) (ctx context.Context, consoleErrors func() []string) {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium(t)),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1000),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
-	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
-	var mu sync.Mutex
-	var errs []string
-	messages := chromedp.Console(ctx)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.IsException() {
-				mu.Lock()
-				errs = append(errs, m.String()+" ("+m.URL+")")
-				mu.Unlock()
-			}
-		}
-	}()
-	return ctx, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), errs...)
-	}
-}
-
-// waitFor polls the JavaScript condition cond until it is true, or fails
-// the test after timeout.
-func waitFor(t *testing.T, ctx context.Context, cond string, timeout time.Duration, what string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %v", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestConsoleInChromium loads the console of `fairgate demo` in headless
 // Chromium: no console errors, the three demo tenants, a flood's
 // rejections listed though it came before the page opened, the starter's
@@ -195,7 +119,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
 	}
-	ctx, consoleErrors := browser(t)
+	ctx, consoleErrors := chromiumtest.Start(t, 1280, 1000)
 	gw, admin := startDemo(t)
 
 	// A flood before anyone opened the console: its rejections are listed
@@ -207,7 +131,7 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#tenants tr[data-tenant="initech"]`))); err != nil {
 		t.Fatalf("console did not show initech: %v", err)
 	}
-	waitFor(t, ctx, `document.querySelectorAll('#rejections tbody tr[data-layer="rate"]').length > 0`, 3*time.Second,
+	chromiumtest.WaitFor(t, ctx, `document.querySelectorAll('#rejections tbody tr[data-layer="rate"]').length > 0`, 3*time.Second,
 		"the rejections of the flood sent before the page opened")
 	ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
 		`[...document.querySelectorAll("#tenants tbody tr")].map(r => r.dataset.tenant).sort()`))
@@ -260,7 +184,7 @@ func TestConsoleInChromium(t *testing.T) {
 		`document.querySelector('#rejections tbody tr[data-layer="rate"] button').click()`)); err != nil {
 		t.Fatalf("click a rate rejection's request ID: %v", err)
 	}
-	waitFor(t, ctx, `document.querySelector('#trace .span.no[data-span="admission.rate"]') !== null`, 3*time.Second,
+	chromiumtest.WaitFor(t, ctx, `document.querySelector('#trace .span.no[data-span="admission.rate"]') !== null`, 3*time.Second,
 		"the span tree with admission.rate marked as the span that said no")
 
 	// The search box filters.

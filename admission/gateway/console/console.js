@@ -3,7 +3,11 @@
 "use strict";
 
 const LAYERS = ["identify", "rate", "concurrency", "shed", "bulkhead", "adaptive"];
-const state = { info: null, tenants: [], unauthenticated: {}, pools: null, rejections: [] };
+const state = { info: null, tenants: [], unauthenticated: {}, pools: null, rejections: [],
+  history: null, historyAt: 0, tenantHistory: new Map(), poolHistory: new Map() };
+// The history is sampled every 10 s: it is fetched every HISTORY_EVERY ms,
+// not at every poll.
+const HISTORY_EVERY = 5000;
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -40,6 +44,97 @@ function meter(value, max, lowIsBad) {
     el("span", { text: fmt(value) + " / " + (max > 0 ? fmt(max) : "∞") }));
 }
 
+const SVG_NS = "http://www.w3.org/2000/svg";
+// A sparkline's size in px: a line in the upper band (top high), bars below.
+const SPARK = { w: 150, h: 30, top: 17 };
+
+function svgEl(tag, attrs) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+const sum = a => a.reduce((n, v) => n + v, 0);
+const peak = a => a.reduce((m, v) => Math.max(m, v), 0);
+
+// sparkline draws series (oldest first, one value per sample) as an inline
+// SVG. The x axis is time: the newest sample is at the right edge, so a
+// short series (a new server, a tenant a reload added) sits at the right.
+// line, and ref dashed on the same scale, go in the upper band; bars in
+// the lower one on their own scale, the part of each in a darker shade,
+// and a mark under the samples where mark is true. Any non-zero bar is at
+// least a pixel high.
+function sparkline(o) {
+  const n = o.bars.length;
+  const cap = Math.max((state.history && state.history.samples) || n, n, 2);
+  const slot = SPARK.w / cap, x0 = (cap - n) * slot;
+  const lineMax = Math.max(1, peak(o.line), peak(o.ref || []));
+  const barMax = Math.max(1, peak(o.bars));
+  const barRoom = SPARK.h - SPARK.top - 3;
+  const y = v => (SPARK.top - 1 - (v / lineMax) * (SPARK.top - 3)).toFixed(1);
+  const points = a => {
+    const p = a.map((v, i) => (x0 + (i + 0.5) * slot).toFixed(1) + "," + y(v));
+    if (a.length === 1) p.unshift(x0.toFixed(1) + "," + y(a[0]));
+    return p.join(" ");
+  };
+  const s = svgEl("svg", { class: "spark", width: SPARK.w, height: SPARK.h, viewBox: "0 0 " + SPARK.w + " " + SPARK.h,
+    role: "img", "aria-label": o.title, "data-samples": n, "data-line": sum(o.line), "data-bars": sum(o.bars) });
+  const title = svgEl("title");
+  title.textContent = o.title;
+  s.append(title, svgEl("rect", { class: "frame", x: 0, y: 0, width: SPARK.w, height: SPARK.h }),
+    svgEl("line", { class: "axis", x1: 0, x2: SPARK.w, y1: SPARK.h - 0.5, y2: SPARK.h - 0.5 }));
+  if (o.ref) s.append(svgEl("polyline", { class: "ref", points: points(o.ref) }));
+  s.append(svgEl("polyline", { class: "line", points: points(o.line) }));
+  o.bars.forEach((v, i) => {
+    const x = x0 + i * slot + 0.2, w = Math.max(slot - 0.4, 0.8);
+    if (o.mark && o.mark[i]) s.append(svgEl("rect", { class: "mark", x: x, width: w, y: SPARK.h - 2, height: 2 }));
+    if (v <= 0) return;
+    const hgt = Math.max(1, (v / barMax) * barRoom);
+    s.append(svgEl("rect", { class: "bar " + (o.barClass || ""), x: x, width: w, y: SPARK.h - 2 - hgt, height: hgt }));
+    const part = o.part ? Math.min(o.part[i], v) : 0;
+    if (part > 0) {
+      const ph = Math.max(1, (part / barMax) * barRoom);
+      s.append(svgEl("rect", { class: "bar part", x: x, width: w, y: SPARK.h - 2 - ph, height: ph }));
+    }
+  });
+  return s;
+}
+
+// historyNote stands in for a sparkline without samples.
+function historyNote() {
+  const res = state.history ? state.history.resolution_seconds : 10;
+  return el("span", { class: "note spark-empty", text: state.history ? "collecting (every " + res + " s)" : "…" });
+}
+
+function historySpan() {
+  const h = state.history;
+  return "last " + fmt(h.resolution_seconds * h.samples / 60, 0) + " min, " + h.resolution_seconds + " s samples";
+}
+
+function tenantSpark(id) {
+  const h = state.tenantHistory.get(id);
+  if (!h || h.rejected.length === 0) return historyNote();
+  const admitted = Array.isArray(h.admitted); // absent when the gate keeps no metrics
+  const line = admitted ? h.admitted : h.in_flight;
+  const res = state.history.resolution_seconds;
+  const title = historySpan() + ": " +
+    (admitted ? "admitted " + fmt(sum(h.admitted), 0) + " (peak " + fmt(peak(h.admitted), 0) + " in " + res + " s, the line); " : "") +
+    "rejected " + fmt(sum(h.rejected), 0) + ", " + fmt(sum(h.overload), 0) + " of them overload (bars, dark); " +
+    "in flight peak " + fmt(peak(h.in_flight), 0) + (admitted ? "" : " (the line)");
+  return sparkline({ line: line, bars: h.rejected, part: h.overload, barClass: "rejected", title: title });
+}
+
+function poolSpark(name) {
+  const h = state.poolHistory.get(name);
+  if (!h || h.in_flight.length === 0) return historyNote();
+  const shedding = h.shed_threshold.filter(v => v > 0).length;
+  const title = historySpan() + ": in flight peak " + fmt(peak(h.in_flight), 0) + " of " + fmt(peak(h.seats), 0) +
+    " seats (line, dashed); queued peak " + fmt(peak(h.queued), 0) + " (bars); admitted " + fmt(sum(h.admitted), 0) +
+    ", mean wait peak " + fmt(peak(h.mean_wait_ms)) + " ms; shedding in " + shedding + " of " + h.in_flight.length + " samples (red)";
+  return sparkline({ line: h.in_flight, ref: h.seats, bars: h.queued, barClass: "queue",
+    mark: h.shed_threshold.map(v => v > 0), title: title });
+}
+
 function totalRejections(t) {
   return LAYERS.reduce((n, l) => n + (t.rejections_last_minute[l] || 0), 0);
 }
@@ -74,7 +169,8 @@ function drawTenants() {
       el("td", {}, t.tokens === undefined ? el("span", { class: "note", text: "in Redis / " + fmt(t.burst) }) : meter(t.tokens, t.burst, true)),
       el("td", {}, meter(t.in_flight, t.max_concurrent, false)),
       el("td", {}, use),
-      el("td", {}, el("div", { class: "layers" }, ...chips)));
+      el("td", {}, el("div", { class: "layers" }, ...chips)),
+      el("td", { class: "hist" }, tenantSpark(t.id)));
   }));
 }
 
@@ -110,7 +206,8 @@ function drawPools() {
     el("td", {}, meter(s.queued, s.queue_length, false)),
     el("td", { text: s.admitted_last_minute ? fmt(s.mean_wait_ms) + " ms (" + s.admitted_last_minute + " admitted)" : "–" }),
     el("td", { text: s.mean_hold_ms ? fmt(s.mean_hold_ms) + " ms" : "–" }),
-    el("td", { class: s.shed_threshold > 0 ? "shedding" : "", text: band(s.shed_threshold) }))));
+    el("td", { class: s.shed_threshold > 0 ? "shedding" : "", text: band(s.shed_threshold) }),
+    el("td", { class: "hist" }, poolSpark(s.name)))));
 }
 
 function idButton(id, title) {
@@ -194,7 +291,15 @@ async function poll() {
     return;
   }
   try {
-    const [tenants, pools, rejections] = await Promise.all([getJSON("admin/tenants"), getJSON("admin/pools"), getJSON("admin/rejections?limit=50")]);
+    const wantHistory = Date.now() - state.historyAt >= HISTORY_EVERY;
+    const [tenants, pools, rejections, history] = await Promise.all([getJSON("admin/tenants"), getJSON("admin/pools"),
+      getJSON("admin/rejections?limit=50"), wantHistory ? getJSON("admin/history") : null]);
+    if (history) {
+      state.history = history;
+      state.historyAt = Date.now();
+      state.tenantHistory = new Map((history.tenants || []).map(h => [h.id, h]));
+      state.poolHistory = new Map((history.pools || []).map(h => [h.name, h]));
+    }
     state.tenants = tenants.tenants || [];
     state.unauthenticated = tenants.unauthenticated_rejections_last_minute || {};
     state.pools = pools;
