@@ -68,6 +68,9 @@ type Gate struct {
 	unauth    *ratelimit.MemoryStore
 	now       func() time.Time
 	epoch     time.Time // instant 0 of the gate's in-process intervals
+	// realClock: now is time.Now (Options.Now was nil), so elapsed may
+	// read the monotonic clock alone.
+	realClock bool
 	log       *slog.Logger
 	// fleet is the store, when several instances share it: concurrency
 	// caps are kept per instance, so each instance enforces
@@ -116,7 +119,8 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Now == nil {
+	realClock := o.Now == nil
+	if realClock {
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
@@ -131,7 +135,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps(),
 		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), rules: allGateRules,
-		recent: newRecentRejections(o.RecentRejections)}
+		recent: newRecentRejections(o.RecentRejections), realClock: realClock}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	g.fleet, _ = o.Store.(ratelimit.FleetStore)
 	_, embedded := o.Store.(*ratelimit.MemoryStore)
@@ -159,6 +163,16 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	}
 	g.cfg.Store(c)
 	return g, nil
+}
+
+// elapsed returns the time since the gate's epoch on its clock: on the
+// real clock the monotonic reading alone (time.Since reads one clock,
+// time.Now two), for what times a request rather than dates it.
+func (g *Gate) elapsed() time.Duration {
+	if g.realClock {
+		return time.Since(g.epoch)
+	}
+	return g.now().Sub(g.epoch)
 }
 
 // checkStore reports a config the store cannot serve.

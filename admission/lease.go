@@ -51,9 +51,9 @@ type Lease struct {
 	// layer to hold one of). answered: Answered ran (the permit is
 	// released and the completion counted).
 	started, answered bool
-	// upStart is when StartUpstream ran, with metrics on: the start of
-	// the call fairgate_upstream_duration_seconds times.
-	upStart time.Time
+	// upStart is when StartUpstream ran (Gate.elapsed), with metrics on:
+	// the start of the call fairgate_upstream_duration_seconds times.
+	upStart time.Duration
 	// refused: StartUpstream found the adaptive limit reached; the
 	// request was rejected after all.
 	refused bool
@@ -78,7 +78,7 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 	}
 	l.started = true
 	if l.g.metrics != nil {
-		l.upStart = l.g.now()
+		l.upStart = l.g.elapsed()
 	}
 	if l.exempt {
 		return true
@@ -137,8 +137,8 @@ func (l *Lease) UpstreamFailed() {
 // observeUpstream records the call started by StartUpstream, which status
 // (0: none) ended.
 func (l *Lease) observeUpstream(status int) {
-	if l.g.metrics != nil && l.started && !l.upStart.IsZero() {
-		l.g.metrics.red.upstreamCall(l.route.Name, status, l.g.now().Sub(l.upStart))
+	if l.g.metrics != nil && l.started {
+		l.g.metrics.red.upstreamCall(l.route.Name, status, l.g.elapsed()-l.upStart)
 	}
 }
 

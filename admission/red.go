@@ -152,9 +152,8 @@ func (r *red) upstreamCall(route string, status int, elapsed time.Duration) {
 // nothing. It is a value that outlives the decision (a streamed body ends
 // after the handler returned).
 type RequestMetrics struct {
-	m      *Metrics
-	now    func() time.Time
-	start  time.Time
+	g      *Gate // nil: records nothing
+	start  time.Duration
 	labels requestLabels
 }
 
@@ -163,7 +162,7 @@ func (g *Gate) StartRequest() RequestMetrics {
 	if g.metrics == nil {
 		return RequestMetrics{}
 	}
-	return RequestMetrics{m: g.metrics, now: g.now, start: g.now()}
+	return RequestMetrics{g: g, start: g.elapsed()}
 }
 
 // Decided labels the record by d: its tenant's tier, its route and
@@ -172,7 +171,7 @@ func (g *Gate) StartRequest() RequestMetrics {
 // it the request is an answer of the edge's own (tier and route "",
 // rejected).
 func (r *RequestMetrics) Decided(d *Decision) {
-	if r.m == nil {
+	if r.g == nil {
 		return
 	}
 	r.labels = requestLabels{admitted: d.Allowed && !d.lease.refused}
@@ -188,13 +187,13 @@ func (r *RequestMetrics) Decided(d *Decision) {
 // written, which HTTP sends as 200), with the time since StartRequest.
 // Later calls record nothing.
 func (r *RequestMetrics) Answered(status int) {
-	if r.m == nil {
+	if r.g == nil {
 		return
 	}
 	if status == 0 {
 		status = 200
 	}
 	r.labels.code = status
-	r.m.red.request(r.labels, r.now().Sub(r.start))
-	r.m = nil
+	r.g.metrics.red.request(r.labels, r.g.elapsed()-r.start)
+	r.g = nil
 }
