@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,6 +68,80 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if _, err := rt.RoundTrip(req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// routeStub answers like stubTransport, with the headers of the request's
+// path when it has some.
+type routeStub struct {
+	stubTransport
+	byPath map[string]http.Header
+}
+
+func (s routeStub) RoundTrip(r *http.Request) (*http.Response, error) {
+	h := s.header
+	if ph, ok := s.byPath[r.URL.Path]; ok {
+		h = ph
+	}
+	return &http.Response{StatusCode: http.StatusOK, Header: h, Body: http.NoBody, Request: r}, nil
+}
+
+// BenchmarkRoundTripRoutes measures pacing by route: "grouped" alternates
+// a GET with an export whose responses also name the exports group;
+// "many-paths" cycles through more paths than a pace remembers, so that
+// every request forgets the least recently used one.
+func BenchmarkRoundTripRoutes(b *testing.B) {
+	tenant := http.Header{}
+	tenant.Set("RateLimit-Policy", `"tenant";q=500;w=5`)
+	tenant.Set("RateLimit", `"tenant";r=400;t=1`)
+	grouped := http.Header{}
+	grouped.Set("RateLimit-Policy", `"tenant";q=500;w=5, "exports";q=1000;w=10`)
+	grouped.Set("RateLimit", `"exports";r=900;t=1`)
+	newTransport := func(b *testing.B) http.RoundTripper {
+		stub := routeStub{stubTransport{tenant}, map[string]http.Header{"/api/v1/reports/export": grouped}}
+		t, err := client.New(client.Config{Base: stub, Clock: &benchClock{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return t
+	}
+	requests := func(b *testing.B, paths ...string) []*http.Request {
+		reqs := make([]*http.Request, len(paths))
+		for i, p := range paths {
+			reqs[i], _ = http.NewRequest(http.MethodGet, "http://api.test"+p, nil)
+			reqs[i].Header.Set("Authorization", "Bearer demo-enterprise-key")
+		}
+		return reqs
+	}
+	run := func(b *testing.B, reqs []*http.Request) {
+		rt := newTransport(b)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := rt.RoundTrip(reqs[i%len(reqs)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	}
+	b.Run("grouped", func(b *testing.B) { run(b, requests(b, "/api/v1/users/me", "/api/v1/reports/export")) })
+	many := make([]string, 1000)
+	for i := range many {
+		many[i] = "/api/v1/users/" + strconv.Itoa(i)
+	}
+	b.Run("many-paths", func(b *testing.B) { run(b, requests(b, many...)) })
+	b.Run("grouped-parallel", func(b *testing.B) {
+		rt := newTransport(b)
+		reqs := requests(b, "/api/v1/users/me", "/api/v1/reports/export")
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for i := 0; pb.Next(); i++ {
+				if _, err := rt.RoundTrip(reqs[i%2]); err != nil {
 					b.Error(err)
 					return
 				}

@@ -41,10 +41,21 @@ type Config struct {
 	Budget BudgetConfig
 
 	// DisablePacing turns off pacing from the RateLimit headers and the
-	// hold every request of a credential observes after a 429: each
+	// holds a 429 puts on the later requests of its credential: each
 	// request then waits only for its own Retry-After. The zero value
 	// paces.
 	DisablePacing bool
+
+	// Route names a request's route for pacing: a quota paces the
+	// requests of the routes whose responses named it, and the cost of a
+	// request is learned per route (see the package doc). Nil means the
+	// method and the URL path, without the query, so that /users/1 and
+	// /users/2 are two routes, each paced at first only by the quotas
+	// that every response named; a function returning the server's route
+	// template ("GET /users/{id}") lets what one path taught pace them
+	// all. Unless pacing is disabled, it is called once per request,
+	// before the first attempt.
+	Route func(*http.Request) string
 
 	// RejectionAsResponse returns the last 429 or 503 as the response
 	// (err nil, body intact), as the http.RoundTripper contract asks, when

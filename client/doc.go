@@ -42,21 +42,44 @@
 // # Pacing
 //
 // fairgate sends RateLimit-Policy ("tenant";q=25;w=5: 25 units, refilled
-// from empty in 5 s) and RateLimit ("tenant";r=20;t=1: 20 left, full again
-// in 1 s) on every response. For each host and credential the transport
-// keeps the last such state and spaces its requests so that the remaining
-// units last until the reset: with E units left, t seconds to the reset
-// and c units per request, consecutive sends are at least c×t/E apart.
-// Against a token bucket this is self-correcting: spending faster than the
-// refill lowers E and raises t, which widens the spacing, and the client
-// settles with its bucket half full, sending at exactly the quota — so a
-// client offered three times its quota sends at its quota and sees no
-// 429s, while a burst after a quiet spell still goes out almost at once.
-// The cost c of a request is learned from how far r falls (fairgate's
-// routes cost several tokens), starting at 1. Without the structured
-// fields the RateLimit-Limit/-Remaining/-Reset trio is used, with no
-// refill assumed before the reset. After a 429, every request with the
-// same credential waits for its Retry-After, not only the one rejected.
+// from empty in 5 s, and an item more for the route's group, such as
+// "exports", and for each of the tenant's limits) and RateLimit
+// ("tenant";r=20;t=1: 20 left, full again in 1 s, for the bucket that
+// binds the request) on every response. For each host and credential the
+// transport keeps the last state of every quota named and spaces the
+// requests it paces so that the remaining units last until the reset:
+// with E units left, t seconds to the reset and c units per request,
+// consecutive sends are at least c×t/E apart. Against a token bucket this
+// is self-correcting: spending faster than the refill lowers E and raises
+// t, which widens the spacing, and the client settles with its bucket
+// half full, sending at exactly the quota — so a client offered three
+// times its quota sends at its quota and sees no 429s, while a burst after
+// a quiet spell still goes out almost at once.
+//
+// A quota paces only the routes whose responses named it. A route is the
+// method and the URL path (Config.Route may name it by the server's
+// template instead); the transport remembers 256 per host and credential
+// and forgets the least recently used. So an export that empties the
+// exports group's bucket holds back the next export, not the tenant's
+// GETs. A quota every response so far has named, such as the tenant's,
+// paces a route not seen yet too: the first request of a route is paced
+// by those alone. A quota's state is shared by its routes: any response
+// that reports it updates it. The cost c of a request is learned per
+// route from how far r falls (fairgate's routes cost several tokens, an
+// export many times a GET), starting at 1. Without the structured fields
+// the RateLimit-Limit/-Remaining/-Reset trio is used, as one quota of
+// every route with no refill assumed before the reset.
+//
+// After a 429, every request with the same credential waits for its
+// Retry-After, not only the one rejected — unless the body's reason says
+// that a route group's bucket or one of the tenant's limits refused it
+// (group_quota, limit_quota). Then only the routes of the refusing quota
+// wait: the quota the 429's RateLimit field reports, or, when it reports
+// none, the rejected route alone. A limit that every route is charged to
+// still holds them all. Such a 429 (or tenant_quota), when its
+// Retry-After is long enough to tell, also teaches the route's cost, as
+// what the bucket holds once the Retry-After has passed, so that a route
+// whose cost was not known yet is not refused again.
 // Pacing is per Transport: several processes sharing one credential each
 // pace on the same headers, so together they overshoot, meet 429s and
 // wait those out. Config.DisablePacing turns all of this off.

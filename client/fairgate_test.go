@@ -16,6 +16,7 @@ import (
 	"github.com/fairgate/fairgate/admission/gateway"
 	"github.com/fairgate/fairgate/client"
 	"github.com/fairgate/fairgate/deploy/examples"
+	"github.com/fairgate/fairgate/tenant"
 )
 
 // These tests run the client against a real fairgate gateway in process:
@@ -222,4 +223,118 @@ func TestFairgateRejectedError(t *testing.T) {
 	if status, err := get(context.Background(), c, url+"/api/v1/users/me"); status != 200 {
 		t.Fatalf("%d, %v", status, err)
 	}
+}
+
+// fairgateInBubble returns the demo gateway with an exports group for the
+// enterprise tier (20 tokens, 2 a second; the export costs 20), in front
+// of an upstream that answers at once, for a synctest bubble: it reads
+// the bubble's clock and is called in memory.
+func fairgateInBubble(t *testing.T) http.Handler {
+	t.Helper()
+	cfg, err := gateway.Parse(examples.Demo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Upstream = "http://upstream.test"
+	tier := cfg.Tenants.Tiers["enterprise"]
+	tier.Groups = map[string]tenant.Quota{"exports": {Rate: 2, Burst: 20}}
+	cfg.Tenants.Tiers["enterprise"] = tier
+	for i := range cfg.Admission.Routes {
+		if r := &cfg.Admission.Routes[i]; r.Path == "/api/v1/reports/export" {
+			r.Group = "exports"
+		}
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	gw, err := gateway.New(cfg, gateway.Options{Transport: handlerTransport{ok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	return gw.Handler()
+}
+
+// TestFairgateGroupPacesOnlyItsRoutes is TestPacingGroupPacesOnlyItsRoutes
+// against the gateway: an enterprise tenant's GETs, ten a second, and its
+// exports, offered at five times the exports group's quota. No GET waits;
+// the exports meet at most the one 429 that teaches their cost.
+func TestFairgateGroupPacesOnlyItsRoutes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const dur = 60 * time.Second
+		seen := &statusCounter{base: handlerTransport{fairgateInBubble(t)}}
+		tr, err := client.New(client.Config{Base: seen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: keyed{"demo-enterprise-key", tr}}
+		end := time.Now().Add(dur)
+		getWaits, getFailed, exportFailed := getsBesideExports(t, c, "http://fairgate.test/api/v1/users/me", 100*time.Millisecond,
+			"http://fairgate.test/api/v1/reports/export", 50*time.Millisecond, 2*time.Second, end)
+
+		t.Logf("%d GETs, %d exports failed; gateway answered %d 200s, %d 429s; stats %+v", len(getWaits), exportFailed, seen.count(200), seen.count(429), tr.Stats())
+		for i, w := range getWaits {
+			if w != 0 {
+				t.Fatalf("GET %d waited %v; want no GET to wait while the tenant has tokens", i, w)
+			}
+		}
+		if getFailed != 0 || exportFailed > 1 || seen.count(429) != exportFailed {
+			t.Fatalf("%d GETs and %d exports failed, %d 429s; want one failed export at most", getFailed, exportFailed, seen.count(429))
+		}
+		if exports := seen.count(200) - len(getWaits); float64(20*exports) < 0.9*2*dur.Seconds() {
+			t.Fatalf("%d exports admitted: the group's pacing is too timid", exports)
+		}
+	})
+}
+
+// TestFairgateGroup429HoldsOnlyItsRoutes shares an enterprise key between
+// two transports, as two processes would: one empties the exports group;
+// the other, which had sent only GETs, sends an export and meets the
+// gateway's 429 (group_quota, Retry-After about 10 s). Its GETs go on,
+// paced by the tenant's quota alone; its next export waits for the
+// Retry-After.
+func TestFairgateGroup429HoldsOnlyItsRoutes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := fairgateInBubble(t)
+		newKeyed := func() *http.Client {
+			tr, err := client.New(client.Config{Base: handlerTransport{h}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &http.Client{Transport: keyed{"demo-enterprise-key", tr}}
+		}
+		const base = "http://fairgate.test/api/v1"
+		post := func(c *http.Client) error {
+			resp, err := c.Post(base+"/reports/export", "application/json", nil)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err
+		}
+		a, b := newKeyed(), newKeyed()
+		if status, err := get(context.Background(), b, base+"/users/me"); status != 200 {
+			t.Fatalf("GET: %d, %v", status, err)
+		}
+		if err := post(a); err != nil {
+			t.Fatalf("first export: %v", err)
+		}
+		err := post(b)
+		rej := rejected(t, err)
+		if rej.Reason != "group_quota" || rej.RetryAfter < 5*time.Second {
+			t.Fatalf("second export: %v; want the group's 429 with a Retry-After of several seconds", err)
+		}
+		refused := time.Now()
+		for range 5 {
+			if status, err := get(context.Background(), b, base+"/users/me"); status != 200 {
+				t.Fatalf("GET after the 429: %d, %v", status, err)
+			}
+		}
+		if d := time.Since(refused); d > 100*time.Millisecond { // paced by the tenant's 500 tokens alone
+			t.Fatalf("five GETs took %v after the group's 429; want none held", d)
+		}
+		if err := post(b); err != nil {
+			t.Fatalf("export after the Retry-After: %v", err)
+		}
+		if d := time.Since(refused); d < rej.RetryAfter {
+			t.Fatalf("the next export went %v after the 429, before its Retry-After %v", d, rej.RetryAfter)
+		}
+	})
 }

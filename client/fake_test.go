@@ -195,3 +195,130 @@ func (b *tokenBucket) counts() (admitted, limited int, units float64) {
 	defer b.mu.Unlock()
 	return b.admitted, b.limited, b.units
 }
+
+// quotaServer is an upstream that answers as fairgate's rate layer does,
+// on time.Now (a synctest bubble's clock): a request is charged its
+// route's cost on the tenant's bucket and, for a route with a group, on
+// the group's too, all or nothing. RateLimit-Policy names every bucket
+// charged, RateLimit the tightest (the refusing one with the longest
+// wait, else the one with the fewest tokens left); a refusal is a 429
+// with Retry-After and the reason tenant_quota or group_quota. It is safe
+// for concurrent use.
+type quotaServer struct {
+	mu      sync.Mutex
+	buckets map[string]*simQuota // "tenant" and the groups'
+	routes  map[string]quotaRoute
+	served  map[string]*servedCount // by path
+}
+
+// quotaRoute is a path's cost and its group ("" for none).
+type quotaRoute struct {
+	cost  float64
+	group string
+}
+
+type simQuota struct {
+	name                string
+	burst, rate, tokens float64
+	last                time.Time
+}
+
+type servedCount struct{ admitted, refused int }
+
+// newQuotaServer returns a server with the tenant's bucket and the groups'
+// ({burst, rate} each), full, and the routes by path (cost 1 and no group
+// when absent).
+func newQuotaServer(tenant [2]float64, groups map[string][2]float64, routes map[string]quotaRoute) *quotaServer {
+	s := &quotaServer{buckets: map[string]*simQuota{}, routes: routes, served: map[string]*servedCount{}}
+	s.buckets["tenant"] = &simQuota{name: "tenant", burst: tenant[0], rate: tenant[1], tokens: tenant[0]}
+	for g, q := range groups {
+		s.buckets[g] = &simQuota{name: g, burst: q[0], rate: q[1], tokens: q[0]}
+	}
+	return s
+}
+
+func (s *quotaServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, ok := s.routes[r.URL.Path]
+	if !ok {
+		rt.cost = 1
+	}
+	s.mu.Lock()
+	now := time.Now()
+	bs := []*simQuota{s.buckets["tenant"]}
+	if rt.group != "" {
+		bs = append(bs, s.buckets[rt.group])
+	}
+	refuser, wait := -1, 0.0
+	for i, b := range bs {
+		if !b.last.IsZero() {
+			b.tokens = min(b.burst, b.tokens+b.rate*now.Sub(b.last).Seconds())
+		}
+		b.last = now
+		if wt := (rt.cost - b.tokens) / b.rate; wt > 0 && wt > wait {
+			refuser, wait = i, wt
+		}
+	}
+	tight := refuser
+	if refuser < 0 {
+		tight = 0
+		for i, b := range bs {
+			b.tokens -= rt.cost
+			if b.tokens < bs[tight].tokens {
+				tight = i
+			}
+		}
+	}
+	var policy []byte
+	for i, b := range bs {
+		if i > 0 {
+			policy = append(policy, ", "...)
+		}
+		policy = strconv.AppendQuote(policy, b.name)
+		policy = append(policy, ";q="...)
+		policy = strconv.AppendFloat(policy, b.burst, 'f', -1, 64)
+		policy = append(policy, ";w="...)
+		policy = strconv.AppendInt(policy, int64(math.Ceil(b.burst/b.rate)), 10)
+	}
+	tb := bs[tight]
+	state := strconv.Quote(tb.name) + ";r=" + strconv.FormatInt(int64(math.Floor(tb.tokens)), 10) +
+		";t=" + strconv.FormatInt(int64(math.Ceil((tb.burst-tb.tokens)/tb.rate)), 10)
+	c := s.served[r.URL.Path]
+	if c == nil {
+		c = &servedCount{}
+		s.served[r.URL.Path] = c
+	}
+	if refuser < 0 {
+		c.admitted++
+	} else {
+		c.refused++
+	}
+	s.mu.Unlock()
+
+	h := w.Header()
+	h.Set("RateLimit-Policy", string(policy))
+	h.Set("RateLimit", state)
+	if refuser < 0 {
+		io.WriteString(w, "ok")
+		return
+	}
+	reason := "tenant_quota"
+	if refuser > 0 {
+		reason = "group_quota"
+	}
+	rep := rejection(http.StatusTooManyRequests, max(int(math.Ceil(wait)), 1), "rate", reason, "req")
+	for k, v := range rep.header {
+		h.Set(k, v)
+	}
+	w.WriteHeader(rep.status)
+	io.WriteString(w, rep.body)
+}
+
+// count returns what the server admitted and refused on path.
+func (s *quotaServer) count(path string) (admitted, refused int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.served[path]; c != nil {
+		return c.admitted, c.refused
+	}
+	return 0, 0
+}

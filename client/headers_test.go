@@ -81,11 +81,13 @@ func FuzzRateLimitField(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s, policy string) {
 		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		var p pace
-		p.observe(t0, http.Header{hdrRateLimit: {s}, hdrRateLimitPolicy: {policy}}, http.StatusOK, 0)
-		p.observe(t0.Add(time.Second), http.Header{hdrRateLimit: {s}}, http.StatusOK, 0)
+		res, _ := p.reserve(t0, t0, 1)
+		p.observe(t0, http.Header{hdrRateLimit: {s}, hdrRateLimitPolicy: {policy}}, http.StatusOK, 0, "", res)
+		res, _ = p.reserve(t0, t0.Add(2*maxRetryAfter), 2)
+		p.observe(t0.Add(time.Second), http.Header{hdrRateLimit: {s}}, http.StatusOK, 0, "", res)
 		for i := range 3 {
 			now := t0.Add(time.Duration(i+1) * time.Second)
-			res, ok := p.reserve(now, now.Add(2*maxRetryAfter))
+			res, ok := p.reserve(now, now.Add(2*maxRetryAfter), uint64(i%3))
 			if !ok || res.at.Before(now) || res.at.After(now.Add(2*maxRetryAfter)) {
 				t.Fatalf("RateLimit %q, policy %q: send %d reserved at %v after now, ok %v", s, policy, i, res.at.Sub(now), ok)
 			}

@@ -117,14 +117,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.budget.deposit(t.cfg.Clock.Now())
 	}
 	var p *pace
+	var key uint64
 	if !t.cfg.DisablePacing {
-		p = t.paceFor(req)
+		p, key = t.paceFor(req), t.routeKey(req)
 	}
 	canRetry := retryable(req)
 	var rej *RejectedError
 	for attempt := 1; ; attempt++ {
+		var res reservation
 		if p != nil {
-			if err := t.paceWait(ctx, p, deadline); err != nil {
+			var err error
+			if res, err = t.paceWait(ctx, p, key, deadline); err != nil {
 				if rej == nil {
 					closeBody(req)
 					return nil, fmt.Errorf("client: pacing %s: %w", req.URL.Host, err)
@@ -153,16 +156,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if rejected {
 			ra = retryAfter(resp.Header, now)
 		}
-		if p != nil {
-			p.observe(now, resp.Header, status, ra)
-		}
 		if !rejected {
+			if p != nil {
+				p.observe(now, resp.Header, status, 0, "", res)
+			}
 			return resp, nil
 		}
 		t.rejections.Add(1)
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBodyRead))
 		rej = decodeRejection(status, resp.Header, body, ra)
 		rej.Attempts = attempt
+		if p != nil {
+			p.observe(now, resp.Header, status, ra, rej.Reason, res)
+		}
 
 		var cause error
 		var wait time.Duration
@@ -240,30 +246,31 @@ func (t *Transport) float64() float64 {
 	return t.rand.Float64()
 }
 
-// paceWait waits for p's next send slot. It returns ErrDeadline or
-// ErrWaitTooLong at once, reserving nothing, when the slot is past the
-// deadline or MaxWait away, and ctx.Err() when ctx ends during the wait.
-func (t *Transport) paceWait(ctx context.Context, p *pace, deadline time.Time) error {
+// paceWait waits for the next send slot of route key in p and returns
+// its reservation. It returns ErrDeadline or ErrWaitTooLong at once,
+// reserving nothing, when the slot is past the deadline or MaxWait away,
+// and ctx.Err() when ctx ends during the wait.
+func (t *Transport) paceWait(ctx context.Context, p *pace, key uint64, deadline time.Time) (reservation, error) {
 	now := t.cfg.Clock.Now()
 	limit, cause := now.Add(t.cfg.MaxWait), ErrWaitTooLong
 	if !deadline.IsZero() && deadline.Before(limit) {
 		limit, cause = deadline, ErrDeadline
 	}
-	res, ok := p.reserve(now, limit)
+	res, ok := p.reserve(now, limit, key)
 	if !ok {
-		return fmt.Errorf("%w (next send in %v)", cause, res.at.Sub(now))
+		return res, fmt.Errorf("%w (next send in %v)", cause, res.at.Sub(now))
 	}
 	d := res.at.Sub(now)
 	if d <= 0 {
-		return nil
+		return res, nil
 	}
 	t.paced.Add(1)
 	t.pacedWait.Add(int64(d))
 	if err := t.cfg.Clock.Sleep(ctx, d); err != nil {
 		p.cancel(res)
-		return err
+		return res, err
 	}
-	return nil
+	return res, nil
 }
 
 // paceFor returns the pace of req's host and credential.
@@ -285,6 +292,29 @@ func (t *Transport) paceFor(req *http.Request) *pace {
 		t.paces[k] = p
 	}
 	return p
+}
+
+// routeKey hashes req's route: Config.Route's name for it, else its
+// method and URL path.
+func (t *Transport) routeKey(req *http.Request) uint64 {
+	var h maphash.Hash
+	h.SetSeed(t.seed)
+	if t.cfg.Route != nil {
+		h.WriteString(t.cfg.Route(req))
+		return h.Sum64()
+	}
+	m := req.Method
+	if m == "" {
+		m = http.MethodGet
+	}
+	h.WriteString(m)
+	h.WriteByte(' ')
+	if path := req.URL.Path; path != "" {
+		h.WriteString(path)
+	} else {
+		h.WriteByte('/')
+	}
+	return h.Sum64()
 }
 
 // credential hashes the headers fairgate takes an API key from.
