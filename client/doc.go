@@ -63,7 +63,9 @@
 // exports group's bucket holds back the next export, not the tenant's
 // GETs. A quota every response so far has named, such as the tenant's,
 // paces a route not seen yet too: the first request of a route is paced
-// by those alone. A quota's state is shared by its routes: any response
+// by those alone. A success that names no quota says its route has none,
+// and a group_quota 429 that its quota is a group's: neither quota then
+// paces the routes not seen yet. A quota's state is shared by its routes: any response
 // that reports it updates it. The cost c of a request is learned per
 // route from how far r falls (fairgate's routes cost several tokens, an
 // export many times a GET), starting at 1. Without the structured fields

@@ -21,10 +21,10 @@ type pace struct {
 	// not paced by. A policy missing from a later response keeps its
 	// state until its reset passes.
 	quotas []quota
-	// routes are the routes whose responses named a quota.
+	// routes are the routes whose responses said which quotas are
+	// theirs: named some, or succeeded naming none.
 	routes routeTable
-	// named counts the responses that reported quotas (a RateLimit field
-	// or the trio), seq the observations of quota state.
+	// named counts those responses, seq the observations of quota state.
 	named int
 	seq   uint64
 	// ids counts the reservations.
@@ -122,14 +122,16 @@ func (p *pace) observe(now time.Time, h http.Header, status int, ra time.Duratio
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	named, reported := p.readLocked(now, h, !rejected, &res)
-	if named != 0 {
+	// A success that names no quota says its route has none: no quota
+	// paces every route then.
+	if named != 0 || status < 400 {
 		for i := range p.quotas {
 			if named&(1<<i) == 0 {
 				p.quotas[i].partial = true
 			}
 		}
-		p.named++
 		p.routes.add(res.key).quotas |= named
+		p.named++
 	}
 	if !rejected || ra <= 0 {
 		return
@@ -145,6 +147,10 @@ func (p *pace) observe(now time.Time, h http.Header, status int, ra time.Duratio
 		for i := range p.quotas {
 			if reported&(1<<i) != 0 {
 				p.quotas[i].hold = later(p.quotas[i].hold, until)
+				// A group's bucket is of its routes alone, even when no
+				// other route has answered yet: a route not seen is not
+				// held by it.
+				p.quotas[i].partial = p.quotas[i].partial || reason == "group_quota"
 			}
 		}
 	default:
@@ -220,7 +226,11 @@ func (p *pace) readLocked(now time.Time, h http.Header, learn bool, res *reserva
 				p.setLocked(i, now, r, t, learn, res)
 			}
 		})
-		eachItem(h[hdrRateLimitPolicy], "q", "w", func(name string, lim, w float64, okQ, okW bool) {
+	}
+	// The policies name the quotas too, also on an answer without their
+	// state (fairgate's, when its shared store failed open).
+	if pols := h[hdrRateLimitPolicy]; len(pols) > 0 {
+		eachItem(pols, "q", "w", func(name string, lim, w float64, okQ, okW bool) {
 			i := p.quotaLocked(name)
 			if i < 0 {
 				return
@@ -233,6 +243,8 @@ func (p *pace) readLocked(now time.Time, h http.Header, learn bool, res *reserva
 				}
 			}
 		})
+	}
+	if named != 0 {
 		return named, reported
 	}
 	// The trio: one unnamed quota, no known refill.

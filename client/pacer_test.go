@@ -397,3 +397,43 @@ func TestPaceLearnsFromRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestPaceRouteWithoutQuotas: a server that limits /search alone (its
+// answers elsewhere name no quota) never paces /other by /search's
+// empty quota, nor a route not seen yet once a success has named none.
+func TestPaceRouteWithoutQuotas(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const search, other, fresh = 1, 2, 3
+	var p pace
+	res, _ := p.reserve(t0, t0.Add(time.Hour), search)
+	p.observe(t0, http.Header{hdrRateLimitPolicy: {`"search";q=10;w=60`}, hdrRateLimit: {`"search";r=0;t=60`}}, http.StatusOK, 0, "", res)
+	res, _ = p.reserve(t0, t0.Add(time.Hour), other)
+	p.observe(t0, http.Header{}, http.StatusOK, 0, "", res)
+	for _, key := range []uint64{other, fresh} {
+		res, _ := p.reserve(t0, t0.Add(time.Hour), key)
+		if !res.at.Equal(t0) {
+			t.Errorf("route %d sends at +%v; want at once: no quota of its own is empty", key, res.at.Sub(t0))
+		}
+		p.cancel(res)
+	}
+	if res, _ := p.reserve(t0, t0.Add(time.Hour), search); !res.at.After(t0) {
+		t.Error("/search, its quota empty, sends at once")
+	}
+}
+
+// TestPaceGroupRefusalFirst: a batch job's first answers are exports and
+// a group_quota 429; the first GET after them is not held by the exports
+// group, which a group's refusal shows is not every route's.
+func TestPaceGroupRefusalFirst(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const export, get = 1, 2
+	var p pace
+	policy := `"tenant";q=500;w=5, "exports";q=20;w=10`
+	res, _ := p.reserve(t0, t0.Add(time.Hour), export)
+	p.observe(t0, http.Header{hdrRateLimitPolicy: {policy}, hdrRateLimit: {`"exports";r=0;t=10`}}, http.StatusOK, 0, "", res)
+	res, _ = p.reserve(t0, t0.Add(time.Hour), export)
+	p.observe(t0, http.Header{hdrRateLimitPolicy: {policy}, hdrRateLimit: {`"exports";r=0;t=10`}}, http.StatusTooManyRequests, 10*time.Second, "group_quota", res)
+	if res, _ := p.reserve(t0, t0.Add(time.Hour), get); !res.at.Before(t0.Add(time.Second)) {
+		t.Errorf("the first GET sends at +%v; want it not held by the exports group's refusal", res.at.Sub(t0))
+	}
+}
