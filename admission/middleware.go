@@ -101,8 +101,11 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 		tw := &st.tw
 		tw.ResponseWriter = w
 		defer func() {
-			lease.Release()
 			p := recover()
+			if p != nil && call == upstreamIsNext {
+				lease.UpstreamFailed() // the handler, the upstream here, did not answer
+			}
+			lease.Release()
 			abort := p != nil && g.handlerPanicked(tw, p, reqID)
 			red.Decided(dp) // after the upstream call, which the adaptive limit may have refused
 			red.Answered(tw.status)

@@ -16,8 +16,9 @@ import (
 
 // TestMiddlewareREDMetrics: the embedded middleware records each answer
 // under its decision's labels, with the time on the gate's clock: a 201
-// after 250 ms (request and upstream), a handler's panic as a 500 with no
-// upstream sample (the handler never answered), a 401 as rejected.
+// after 250 ms (request and upstream), a handler's panic as a 500 and an
+// upstream call that got no answer (the handler is the upstream here), a
+// 401 as rejected.
 func TestMiddlewareREDMetrics(t *testing.T) {
 	clk := fakeclock.New()
 	g, reg := redGate(t, clk.Now)
@@ -55,6 +56,7 @@ func TestMiddlewareREDMetrics(t *testing.T) {
 		`fairgate_responses_total{code="401",tier=""} 1`,
 		`fairgate_responses_total{code="500",tier="starter"} 1`,
 		`fairgate_upstream_duration_seconds{route="GET /api/v1/users/me",status_class="2xx"} 1 0.25`,
+		`fairgate_upstream_duration_seconds{route="GET /api/v1/users/me",status_class="error"} 1 0`,
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("RED series:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -53,6 +53,11 @@ type Options struct {
 	// give the same ring to NewTracerProvider (or
 	// NewConsoleTracerProvider). Nil means the console has none.
 	Traces *TraceRing
+
+	// clock is Now as given (nil: the real clock), for the gate and the
+	// embedded store, which then read the monotonic clock alone to time
+	// what they need not date.
+	clock func() time.Time
 }
 
 // Server is the gateway: edge, admission pipeline and reverse proxy.
@@ -101,7 +106,7 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.Now, Logger: o.Logger,
+	gate, err := admission.New(cfg.Admission, reg, admission.Options{Store: o.Store, Now: o.clock, Logger: o.Logger,
 		TracerProvider: o.TracerProvider, Metrics: tel.metrics, RecentRejections: cfg.Admin.RecentRejections})
 	if err != nil {
 		return nil, err
@@ -193,6 +198,7 @@ func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, er
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	o.clock = o.Now
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -238,7 +244,7 @@ func newStore(cfg Config, o *Options) (closers []func() error, stats func() redi
 		closers = append(closers, store.Close, client.Close)
 	}
 	if o.Store == nil {
-		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
+		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.clock})
 	}
 	return closers, stats, nil
 }

@@ -292,8 +292,10 @@ async function poll() {
   }
   try {
     const wantHistory = Date.now() - state.historyAt >= HISTORY_EVERY;
+    // The history is a nicety: when it fails, the rest of the page still
+    // shows (and the history is asked for again at the next poll).
     const [tenants, pools, rejections, history] = await Promise.all([getJSON("admin/tenants"), getJSON("admin/pools"),
-      getJSON("admin/rejections?limit=50"), wantHistory ? getJSON("admin/history") : null]);
+      getJSON("admin/rejections?limit=50"), wantHistory ? getJSON("admin/history").catch(() => null) : null]);
     if (history) {
       state.history = history;
       state.historyAt = Date.now();
