@@ -119,7 +119,8 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	realClock := o.Now == nil
+	given := o.Now // nil: the real clock, which the embedded stores read monotonic alone
+	realClock := given == nil
 	if realClock {
 		o.Now = time.Now
 	}
@@ -127,13 +128,13 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Store == nil {
-		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now})
+		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: given})
 	}
 	if o.ShadowLogEvery <= 0 {
 		o.ShadowLogEvery = DefaultShadowLogEvery
 	}
 	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger,
-		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: o.Now}), caps: bulkhead.NewCaps(),
+		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: given}), caps: bulkhead.NewCaps(),
 		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), rules: allGateRules,
 		recent: newRecentRejections(o.RecentRejections), realClock: realClock}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
