@@ -254,8 +254,9 @@ type PoolHistory struct {
 	ShedThreshold []int64 `json:"shed_threshold"`
 }
 
-// View returns every series, oldest first.
-func (h *History) View() HistoryView {
+// View returns every series, oldest first: every tenant's, or when
+// tenant is not empty that tenant's alone, and every pool's.
+func (h *History) View(tenant string) HistoryView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v := HistoryView{ResolutionSeconds: int(HistoryResolution / time.Second), Samples: HistorySamples,
@@ -265,6 +266,9 @@ func (h *History) View() HistoryView {
 		v.Last = &last
 	}
 	for id, th := range h.tenants {
+		if tenant != "" && id != tenant {
+			continue
+		}
 		n := th.n
 		t := TenantHistory{ID: id, Rejected: make([]int64, 0, n), Overload: make([]int64, 0, n), InFlight: make([]int64, 0, n)}
 		if h.withAdmitted {

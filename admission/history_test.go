@@ -82,7 +82,7 @@ func (c *tally) count(d Decision) {
 func TestHistoryCountsIntervals(t *testing.T) {
 	g, clk := historyGate(t, true)
 	h := NewHistory(g, clk.Now())
-	v := h.View()
+	v := h.View("")
 	if v.Last != nil || len(v.Tenants) != 2 || len(v.Pools) != 2 || v.ResolutionSeconds != 10 || v.Samples != 90 {
 		t.Fatalf("new history = %+v, want 2 empty tenants, 2 empty pools, 10 s × 90", v)
 	}
@@ -114,7 +114,7 @@ func TestHistoryCountsIntervals(t *testing.T) {
 	held.Lease().Release()
 	h.Sample(clk.Now())
 
-	v = h.View()
+	v = h.View("")
 	if v.Last == nil || !v.Last.Equal(clk.Now()) {
 		t.Errorf("last = %v, want %v", v.Last, clk.Now())
 	}
@@ -161,7 +161,7 @@ func TestHistoryRingWraps(t *testing.T) {
 		h.Sample(clk.Now())
 		want = append(want, int64(i%5))
 	}
-	acme := tenantSeries(t, h.View(), "acme")
+	acme := tenantSeries(t, h.View(""), "acme")
 	if d := cmp.Diff(want[samples-HistorySamples:], acme.Admitted); d != "" {
 		t.Errorf("acme admitted after %d samples (-want +got):\n%s", samples, d)
 	}
@@ -191,7 +191,7 @@ func TestHistoryFollowsReload(t *testing.T) {
 	mustCheck(t, g, req("hooli-key", "GET", "/api/v1/users/me")) // before the sample that finds hooli
 	clk.Advance(HistoryResolution)
 	h.Sample(clk.Now())
-	v := h.View()
+	v := h.View("")
 	if len(v.Tenants) != 2 || v.Tenants[0].ID != "acme" || v.Tenants[1].ID != "hooli" {
 		t.Fatalf("tenants after the reload: %+v, want acme and hooli", v.Tenants)
 	}
@@ -207,7 +207,7 @@ func TestHistoryFollowsReload(t *testing.T) {
 	}
 	clk.Advance(HistoryResolution)
 	h.Sample(clk.Now())
-	if got := tenantSeries(t, h.View(), "hooli").Admitted; !cmp.Equal(got, []int64{2}) {
+	if got := tenantSeries(t, h.View(""), "hooli").Admitted; !cmp.Equal(got, []int64{2}) {
 		t.Errorf("hooli admitted = %v, want [2]", got)
 	}
 }
@@ -226,7 +226,7 @@ func TestHistoryWithoutMetrics(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	h.Sample(clk.Now())
-	th := tenantSeries(t, h.View(), "initech")
+	th := tenantSeries(t, h.View(""), "initech")
 	if th.Admitted != nil || !cmp.Equal(th.Rejected, []int64{3}) {
 		t.Errorf("initech without metrics: %+v, want no admitted and 3 rejected", th)
 	}

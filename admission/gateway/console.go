@@ -34,7 +34,7 @@ type consoleInfo struct {
 //	GET /admin/pools          the pools, the adaptive limit, the shed thresholds
 //	GET /admin/rejections     the latest rejections, newest first (?limit=N, at most admin.recent_rejections)
 //	GET /admin/traces/{id}    a kept rejected trace, by trace ID or request ID
-//	GET /admin/history        every tenant's and pool's last 15 minutes, in 10 s samples
+//	GET /admin/history        every tenant's and pool's last 15 minutes, in 10 s samples (?tenant=ID: that tenant's alone)
 //	GET /admin/console        what the console needs to know of the server
 //
 // The latest rejections are kept whether or not anyone looks (the last
@@ -73,7 +73,7 @@ func (s *Server) consoleRoutes(mux *http.ServeMux) {
 		writeJSON(w, map[string]any{"rejections": s.gate.RecentRejections(limit)})
 	})
 	mux.HandleFunc("GET /admin/history", func(w http.ResponseWriter, r *http.Request) {
-		writeCompactJSON(w, s.history.h.View())
+		writeCompactJSON(w, s.history.h.View(r.URL.Query().Get("tenant")))
 	})
 	mux.HandleFunc("GET /admin/traces/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if s.traces == nil {

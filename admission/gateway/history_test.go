@@ -38,9 +38,9 @@ type historyJSON struct {
 	} `json:"pools"`
 }
 
-func getHistory(t *testing.T, url string) (historyJSON, string) {
+func getHistory(t *testing.T, url, query string) (historyJSON, string) {
 	t.Helper()
-	r := do(t, "GET", url+"/admin/history", "", nil)
+	r := do(t, "GET", url+"/admin/history"+query, "", nil)
 	if r.status != 200 || r.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /admin/history = %d %s %.200s", r.status, r.header.Get("Content-Type"), r.body)
 	}
@@ -62,7 +62,7 @@ func TestHistoryAPI(t *testing.T) {
 	admin := httptest.NewServer(srv.AdminHandler())
 	defer admin.Close()
 
-	h, body := getHistory(t, admin.URL)
+	h, body := getHistory(t, admin.URL, "")
 	if h.ResolutionSeconds != 10 || h.Samples != 90 || h.Last != nil || len(h.Tenants) != 3 || len(h.Pools) != 3 {
 		t.Fatalf("before any sample: %s", body)
 	}
@@ -80,7 +80,7 @@ func TestHistoryAPI(t *testing.T) {
 	clk.Advance(admission.HistoryResolution)
 	srv.history.h.Sample(clk.Now())
 
-	h, body = getHistory(t, admin.URL)
+	h, body = getHistory(t, admin.URL, "")
 	if strings.Contains(body, "\n  ") {
 		t.Errorf("history JSON is indented; it is served compact: %.200s", body)
 	}
@@ -113,6 +113,9 @@ func TestHistoryAPI(t *testing.T) {
 	}
 	if seated != admitted {
 		t.Errorf("the pools seated %d requests, the tenants were admitted %d", seated, admitted)
+	}
+	if h, body := getHistory(t, admin.URL, "?tenant=acme"); len(h.Tenants) != 1 || h.Tenants[0].ID != "acme" || len(h.Pools) != 3 {
+		t.Errorf("?tenant=acme: %.300s, want acme's series alone, and every pool's", body)
 	}
 }
 
@@ -147,7 +150,7 @@ func TestHistorySampledFromNewToClose(t *testing.T) {
 		}
 		time.Sleep(2*admission.HistoryResolution + admission.HistoryResolution/2)
 		synctest.Wait()
-		v := srv.history.h.View()
+		v := srv.history.h.View("")
 		if len(v.Tenants) != 3 || len(v.Tenants[0].Rejected) != 2 {
 			t.Errorf("after 2.5 intervals: %d tenants, %d samples; want 3 and 2", len(v.Tenants), len(v.Tenants[0].Rejected))
 		}
