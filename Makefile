@@ -49,6 +49,17 @@ fuzz-short:
 	$(call fuzz,FuzzRateLimitField,10000x,./client)
 	$(call fuzz,FuzzRead,20000x,./internal/proxyproto)
 
+# The differential test against envoyproxy/ratelimit, not part of test (CI
+# has no copy of it): ERL_BIN=PATH (its service_cmd) and fairgate's rls run
+# the same call sequences on one redis-server over ERL's own configs (from
+# ERL_SRC, by default the source tree ERL_BIN was built from), and it fails
+# on any difference docs/envoy.md does not state. ERL_DIFF_OUT=FILE keeps
+# the full report.
+.PHONY: erl-diff
+erl-diff:
+	@test -n "$(ERL_BIN)" || { echo "make erl-diff: set ERL_BIN to envoyproxy/ratelimit's service_cmd" >&2; exit 2; }
+	FAIRGATE_REQUIRE_REDIS=1 ERL_BIN="$(ERL_BIN)" $(GO) test -count=1 -v -run '^TestERLDiff$$' -timeout 20m ./admission/rls/
+
 build:
 	$(GO) build -o bin/fairgate ./cmd/fairgate
 

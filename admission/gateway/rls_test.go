@@ -13,6 +13,7 @@ import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/fairgate/fairgate/admission/rls"
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
@@ -35,10 +36,23 @@ func TestParseRLSOnly(t *testing.T) {
 		{"redis:\n  addrs: [127.0.0.1:6379]\n", "rls: required"},
 		{"rls:\n  listen: nope\n", `rls.listen: "nope" is not host:port`},
 		{"rls:\n  configs: [a.yaml]\n  confgs: []\n", "rls.confgs: unknown field"},
+		{"rls:\n  configs: [a.yaml]\n  tls: {cert_file: c.pem}\n", "rls.tls.key_file: required"},
+		{"rls:\n  configs: [a.yaml]\n  max_descriptors: -1\n", "rls.max_descriptors: must be >= 0"},
 	} {
 		if _, err := ParseRLS([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want %s", tc.yaml, err, tc.want)
 		}
+	}
+	// The bounds and TLS are read beside the other fields.
+	c, err = ParseRLS([]byte("rls:\n  configs: [a.yaml]\n  max_descriptors: 8\n  max_entries: 4\n  max_request_bytes: 1024\n" +
+		"  max_concurrent_streams: 16\n  near_limit_ratio: 0.5\n  response_headers: true\n" +
+		"  tls: {cert_file: c.pem, key_file: k.pem, client_ca_file: ca.pem}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.RLS.Limits; l != (rls.Limits{MaxDescriptors: 8, MaxEntries: 4, MaxRequestBytes: 1024, MaxConcurrentStreams: 16}) ||
+		c.RLS.NearLimitRatio != 0.5 || !c.RLS.ResponseHeaders || *c.RLS.TLS != (rls.TLSConfig{CertFile: "c.pem", KeyFile: "k.pem", ClientCAFile: "ca.pem"}) {
+		t.Errorf("rls section: %+v", c.RLS)
 	}
 	// serve still wants its own fields with an rls section.
 	if _, err := Parse([]byte("rls:\n  configs: [a.yaml]\n")); err == nil || !strings.Contains(err.Error(), "upstream: required") {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -143,5 +144,23 @@ func TestTakeAllNoneCharged(t *testing.T) {
 	}
 	if _, err := s.TakeAll(ctx, []Take{burst, burst}); !errors.Is(err, ErrDuplicateBucket) {
 		t.Errorf("duplicate bucket: %v, want ErrDuplicateBucket", err)
+	}
+}
+
+// TestDuplicate: Duplicate finds a bucket named twice, first or last,
+// below and above the count where it stops comparing pairs.
+func TestDuplicate(t *testing.T) {
+	for _, n := range []int{2, duplicateScan, duplicateScan + 1, 1000} {
+		takes := make([]Take, n)
+		for i := range takes {
+			takes[i].Key = BucketKey{Tenant: strconv.Itoa(i)}
+		}
+		if Duplicate(takes) {
+			t.Fatalf("%d distinct takes: a duplicate reported", n)
+		}
+		takes[n-1].Key = takes[0].Key
+		if !Duplicate(takes) {
+			t.Fatalf("%d takes, the first and the last the same: no duplicate reported", n)
+		}
 	}
 }

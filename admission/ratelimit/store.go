@@ -127,8 +127,19 @@ type MultiStore interface {
 var ErrDuplicateBucket = errors.New("ratelimit: the same bucket twice in one TakeAll")
 
 // Duplicate reports whether two takes name the same bucket. Stores call it
-// to reject such a TakeAll; takes are few, so it compares each pair.
+// to reject such a TakeAll: each pair when the takes are few, else through
+// a map, so its cost is linear in the takes.
 func Duplicate(takes []Take) bool {
+	if len(takes) > duplicateScan { // a scan of every pair would grow with the square
+		seen := make(map[BucketKey]struct{}, len(takes))
+		for _, t := range takes {
+			if _, dup := seen[t.Key]; dup {
+				return true
+			}
+			seen[t.Key] = struct{}{}
+		}
+		return false
+	}
 	for i := range takes {
 		for j := i + 1; j < len(takes); j++ {
 			if takes[i].Key == takes[j].Key {
@@ -138,3 +149,7 @@ func Duplicate(takes []Take) bool {
 	}
 	return false
 }
+
+// duplicateScan is the most takes Duplicate compares pairwise: a request's
+// few buckets cost less so than a map.
+const duplicateScan = 16

@@ -123,3 +123,46 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDecideDescriptors is the service's cost per call of 10, 100
+// and 1000 one-entry descriptors (limits that admit, no gRPC), on the
+// embedded store and on the same store seen as a plain Store (one Take
+// per bucket, no TakeAll): the second is the service's own work, linear,
+// so its ns/descriptor stays about flat; the first adds the store's
+// TakeAll, whose check that no bucket is taken twice compares every pair.
+// The bound rls.max_descriptors (64 by default) is raised to let the
+// large calls in.
+func BenchmarkDecideDescriptors(b *testing.B) {
+	rules := mustRules(b, Source{"bench.yaml", []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n")})
+	stores := []struct {
+		name string
+		make func() ratelimit.Store
+	}{
+		{"embedded", func() ratelimit.Store { return ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{}) }},
+		{"take", func() ratelimit.Store { return takeOnly{ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})} }},
+	}
+	for _, st := range stores {
+		for _, n := range []int{10, 100, 1000} {
+			b.Run(fmt.Sprintf("store=%s/descriptors=%d", st.name, n), func(b *testing.B) {
+				svc, err := NewService(Config{Limits: Limits{MaxDescriptors: n}}, rules, Options{Store: st.make()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				req := request("bench", 0)
+				for i := range n {
+					req.Descriptors = append(req.Descriptors, desc("user", "u"+strconv.Itoa(i)))
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/descriptor")
+			})
+		}
+	}
+}
+
+// takeOnly is a Store and no more: its TakeAll is hidden.
+type takeOnly struct{ ratelimit.Store }

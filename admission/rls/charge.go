@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"slices"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/fairgate/fairgate/admission/ratelimit"
@@ -24,55 +23,50 @@ func (s *Service) shadowed(v *verdict) bool { return v.shadow || s.shadow }
 // they would be enforced, so their figures are real; when only they
 // refuse, the request is admitted and the enforced descriptors are
 // charged by a second call. Two descriptors with the same entries are one
-// bucket, charged their costs' sum.
+// bucket, charged their costs' sum. Its cost is linear in the number of
+// descriptors.
 func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) error {
 	if len(pending) == 1 { // the common call: one Take, nothing to gather
 		v := &vs[pending[0]]
-		r, err := s.store.Take(ctx, bucketKey(tag, req.Descriptors[pending[0]].Entries), v.rule.limit, v.cost)
+		r, err := s.store.Take(ctx, v.rule.bucketKey(tag, req.Descriptors[pending[0]].GetEntries()), v.rule.limit, v.cost)
 		if err != nil {
 			return storeError(ctx, err)
 		}
 		v.res, v.over = r, !r.Allowed
 		return nil
 	}
-	takes := make([]ratelimit.Take, 0, len(pending))
-	of := make([]int, len(pending)) // pending[j]'s take
-	for j, i := range pending {
-		k := bucketKey(tag, req.Descriptors[i].Entries)
-		of[j] = -1
-		for t := range takes {
-			if takes[t].Key == k {
-				of[j] = t
-				takes[t].Cost += vs[i].cost
-			}
-		}
-		if of[j] < 0 {
-			of[j] = len(takes)
-			takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].rule.limit, Cost: vs[i].cost})
-		}
-	}
+	takes, of := gather(req, tag, vs, pending)
 	res, err := s.takeAll(ctx, takes)
 	if err != nil {
 		return err
 	}
-	enforcedOver, shadowOver := false, false
+	softOver := false // a descriptor in shadow mode or a quota over its limit
 	for j, i := range pending {
 		v := &vs[i]
 		v.res = res[of[j]]
 		v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(takes) == 1)
-		enforcedOver = enforcedOver || v.over && !s.shadowed(v)
-		shadowOver = shadowOver || v.over && s.shadowed(v)
+		softOver = softOver || v.over && (s.shadowed(v) || v.rule.quotaMode)
 	}
-	if enforcedOver || !shadowOver {
+	if !softOver || s.refused(vs, pending) {
 		return nil
 	}
-	// Only shadow descriptors refused: the request is admitted, so its
-	// enforced descriptors pay.
-	var enforced []ratelimit.Take
-	var which []int
+	// Only descriptors in shadow mode, or quotas that did not refuse the
+	// request, are over: it is admitted, so its enforced descriptors
+	// with room pay.
+	enforced := make([]ratelimit.Take, 0, len(takes))
+	at := make([]int, len(takes)) // takes[t]'s index in enforced, or -1
+	for t := range at {
+		at[t] = -1
+	}
 	for j, i := range pending {
-		if !s.shadowed(&vs[i]) && !slices.Contains(which, of[j]) {
-			enforced, which = append(enforced, takes[of[j]]), append(which, of[j])
+		if v := &vs[i]; v.rule.quotaMode && v.over {
+			at[of[j]] = -2 // not charged: its bucket has no room
+		}
+	}
+	for j, i := range pending {
+		if t := of[j]; !s.shadowed(&vs[i]) && at[t] == -1 {
+			at[t] = len(enforced)
+			enforced = append(enforced, takes[t])
 		}
 	}
 	if len(enforced) == 0 {
@@ -82,12 +76,92 @@ func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag s
 		return err
 	}
 	for j, i := range pending {
-		if v := &vs[i]; !s.shadowed(v) {
-			v.res = res[slices.Index(which, of[j])]
+		if v := &vs[i]; !s.shadowed(v) && at[of[j]] >= 0 {
+			v.res = res[at[of[j]]]
 			v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(enforced) == 1)
 		}
 	}
 	return nil
+}
+
+// refused reports whether the verdicts at idx (nil: all of vs) refuse
+// their request, by envoyproxy/ratelimit's quota_mode rule: a descriptor
+// not in shadow mode is over its limit and is not a quota, or every quota
+// descriptor is over (one in shadow mode is a quota never over).
+func (s *Service) refused(vs []verdict, idx []int) bool {
+	quotas, quotasOver := 0, 0
+	one := func(v *verdict) bool {
+		switch {
+		case v.rule == nil:
+		case v.rule.quotaMode:
+			quotas++
+			if v.over && !s.shadowed(v) {
+				quotasOver++
+			}
+		case v.over && !s.shadowed(v):
+			return true
+		}
+		return false
+	}
+	if idx == nil {
+		for i := range vs {
+			if one(&vs[i]) {
+				return true
+			}
+		}
+	} else {
+		for _, i := range idx {
+			if one(&vs[i]) {
+				return true
+			}
+		}
+	}
+	return quotas > 0 && quotasOver == quotas
+}
+
+// scanTakes is the most takes gather looks through for a bucket already
+// gathered; beyond, it finds it in a map. Below it a scan of a few
+// strings costs less than a map; above it the scan grows with the square
+// of the descriptors.
+const scanTakes = 16
+
+// gather makes the takes of the verdicts at pending: one per bucket, the
+// costs of one bucket's descriptors summed. of[j] is pending[j]'s take.
+func gather(req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) (takes []ratelimit.Take, of []int) {
+	takes = make([]ratelimit.Take, 0, len(pending))
+	of = make([]int, len(pending))
+	var index map[ratelimit.BucketKey]int // nil while the takes are few
+	for j, i := range pending {
+		k := vs[i].rule.bucketKey(tag, req.Descriptors[i].GetEntries())
+		t, found := -1, false
+		if index != nil {
+			t, found = index[k]
+		} else {
+			for x := range takes {
+				if takes[x].Key == k {
+					t, found = x, true
+					break
+				}
+			}
+		}
+		if found {
+			takes[t].Cost += vs[i].cost
+			of[j] = t
+			continue
+		}
+		of[j] = len(takes)
+		takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].rule.limit, Cost: vs[i].cost})
+		switch {
+		case index != nil:
+			index[k] = of[j]
+		case len(takes) > scanTakes:
+			index = make(map[ratelimit.BucketKey]int, len(pending))
+			for x := range takes {
+				index[takes[x].Key] = x
+			}
+		}
+	}
+	return takes, of
 }
 
 // takeAll takes takes all or nothing: one TakeAll when the store can

@@ -24,6 +24,12 @@ type Config struct {
 	// paths are relative to the folder of the file that holds this
 	// section (see ResolvePaths).
 	Configs []string `yaml:"configs"`
+	// MergeDomainConfig lets several of those files configure one domain
+	// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true): their top-level
+	// descriptors are merged, in the order the files are read; the same
+	// descriptor in two files is still an error (see Loader). False (the
+	// default) refuses a domain's second file.
+	MergeDomainConfig bool `yaml:"merge_domain_config"`
 	// Shadow puts every descriptor in shadow mode (as envoyproxy/ratelimit's
 	// SHADOW_MODE=true): decisions and tokens as usual, but every answer is
 	// OK, would-be rejections counted as outcome="shadow_reject". False
@@ -31,14 +37,27 @@ type Config struct {
 	Shadow bool `yaml:"shadow"`
 	// ResponseHeaders adds the IETF RateLimit headers (and Retry-After when
 	// over the limit) to response_headers_to_add, for Envoy to send to the
-	// client. Nil means true.
-	ResponseHeaders *bool `yaml:"response_headers"`
+	// client. False (the default) sends none, as envoyproxy/ratelimit
+	// does unless LIMIT_RESPONSE_HEADERS_ENABLED is set.
+	ResponseHeaders bool `yaml:"response_headers"`
 	// Reflection registers gRPC server reflection (for grpcurl). False by
 	// default.
 	Reflection bool `yaml:"reflection"`
 	// Drain bounds a graceful stop: in-flight calls get this long to
 	// finish before the server stops hard. Zero means 5s.
 	Drain time.Duration `yaml:"drain"`
+	// NearLimitRatio is the share of a limit past which an admitted
+	// decision counts as near the limit (fairgate_rls_near_limit_total),
+	// as envoyproxy/ratelimit's NEAR_LIMIT_RATIO. Zero means 0.8; at most
+	// 1.
+	NearLimitRatio float64 `yaml:"near_limit_ratio"`
+	// Limits bounds what one call may ask and how the gRPC server
+	// serves it (see Limits).
+	Limits `yaml:",inline"`
+	// TLS, when set, serves gRPC over TLS (and, with a client CA, asks
+	// every client for a certificate). Nil means cleartext HTTP/2, as
+	// Envoy's rate_limit_service cluster speaks by default.
+	TLS *TLSConfig `yaml:"tls"`
 }
 
 // Validate checks the section; errors name the field (under "rls.").
@@ -60,6 +79,11 @@ func (c *Config) Validate() error {
 	if c.Drain < 0 {
 		errs = append(errs, errors.New("rls.drain: must be >= 0 (0 means 5s)"))
 	}
+	if r := c.NearLimitRatio; !(r >= 0 && r <= 1) {
+		errs = append(errs, fmt.Errorf("rls.near_limit_ratio: %v is not between 0 and 1 (0 means 0.8)", r))
+	}
+	errs = append(errs, c.Limits.validate()...)
+	errs = append(errs, c.TLS.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -68,10 +92,10 @@ func (c Config) withDefaults() Config {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	if c.ResponseHeaders == nil {
-		t := true
-		c.ResponseHeaders = &t
+	if c.NearLimitRatio == 0 {
+		c.NearLimitRatio = DefaultNearLimitRatio
 	}
+	c.Limits = c.Limits.withDefaults()
 	if c.Drain == 0 {
 		c.Drain = 5 * time.Second
 	}

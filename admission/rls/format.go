@@ -21,8 +21,10 @@ type fileConfig struct {
 
 // descriptorConfig is one node of the descriptor tree.
 type descriptorConfig struct {
-	// Key is required; Value is optional (empty matches any value, a
-	// trailing "*" any value with that prefix).
+	// Key is required; Value is optional (empty matches any value). A "*"
+	// in Value stands for any run of characters (see Matching in the
+	// package doc); one in Key makes key and value, joined by "_", one
+	// pattern, as envoyproxy/ratelimit matches them.
 	Key   string `yaml:"key"`
 	Value string `yaml:"value"`
 	// RateLimit is the node's limit; nil means none (only children
@@ -31,11 +33,24 @@ type descriptorConfig struct {
 	// ShadowMode decides as usual and takes the tokens but always answers
 	// OK, counting would-be rejections as outcome="shadow_reject".
 	ShadowMode bool `yaml:"shadow_mode"`
-	// DetailedMetric is accepted for compatibility. envoyproxy/ratelimit
-	// then names its stats by the request's values; fairgate never puts a
-	// request's values in a metric label, so it changes nothing here.
-	DetailedMetric bool               `yaml:"detailed_metric"`
-	Descriptors    []descriptorConfig `yaml:"descriptors"`
+	// QuotaMode makes the node's rate limit a quota: over it, the
+	// descriptor's status is OVER_LIMIT, but the request is refused only
+	// when every quota descriptor of the request is over (rule.quotaMode).
+	QuotaMode bool `yaml:"quota_mode"`
+	// ShareThreshold, on a wildcard, counts every value the wildcard
+	// matches in one bucket, named by the wildcard (rule.bucketKey),
+	// rather than one bucket per value.
+	ShareThreshold bool `yaml:"share_threshold"`
+	// DetailedMetric and ValueToMetric are accepted for compatibility.
+	// envoyproxy/ratelimit then names its stats by the request's values;
+	// fairgate never puts a request's values in a metric label (labels
+	// name the configured descriptor), so they change nothing here.
+	DetailedMetric bool `yaml:"detailed_metric"`
+	ValueToMetric  bool `yaml:"value_to_metric"`
+	// Metadata is any mapping, kept with the node's rate limit
+	// (rule.metadata) for the response's dynamic_metadata.
+	Metadata    yaml.Node          `yaml:"metadata"`
+	Descriptors []descriptorConfig `yaml:"descriptors"`
 }
 
 // rateLimitConfig is a node's rate_limit block.
@@ -90,9 +105,14 @@ func (u Unit) Duration() time.Duration {
 }
 
 // UnmarshalText accepts a unit's name in any case (envoyproxy/ratelimit
-// upper-cases it) and rejects anything else at load time.
+// upper-cases it), and "" as UnitNone (no unit written); it rejects
+// anything else at load time.
 func (u *Unit) UnmarshalText(b []byte) error {
 	s := strings.ToLower(string(b))
+	if s == "" {
+		*u = UnitNone
+		return nil
+	}
 	for i, n := range unitNames {
 		if i > 0 && n == s {
 			*u = Unit(i)
@@ -110,7 +130,7 @@ func (e *unitError) Error() string {
 }
 
 // parseFile decodes one file's bytes. Unknown fields are errors, as in
-// envoyproxy/ratelimit, and so is a second document.
+// envoyproxy/ratelimit, and so is a second document with content.
 func parseFile(data []byte) (fileConfig, error) {
 	var f fileConfig
 	var root yaml.Node
@@ -121,105 +141,29 @@ func parseFile(data []byte) (fileConfig, error) {
 		}
 		return f, err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return f, errors.New("more than one YAML document")
+	for {
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		// A "---" with nothing after it is no document; one with content
+		// is a domain envoyproxy/ratelimit would silently drop.
+		const fix = "envoyproxy/ratelimit ignores all but a file's first document: put each domain in a file of its own, or delete what follows the ---"
+		if err != nil {
+			return f, fmt.Errorf("a second YAML document (%w): %s", err, fix)
+		}
+		if len(extra.Content) > 0 && extra.Content[0].ShortTag() != "!!null" {
+			return f, fmt.Errorf("line %d: a second YAML document: %s", extra.Content[0].Line, fix)
+		}
 	}
-	if err := checkFields(&root, ""); err != nil {
+	if err := checkFields(&root); err != nil {
 		return f, err
 	}
 	if err := root.Decode(&f); err != nil {
 		return f, cleanDecodeError(err)
 	}
 	return f, nil
-}
-
-// fieldsOf lists the keys each mapping of the schema may hold, by the
-// mapping's role.
-var fieldsOf = map[string][]string{
-	"file":       {"domain", "descriptors"},
-	"descriptor": {"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "descriptors"},
-	"rate_limit": {"name", "replaces", "unit", "requests_per_unit", "unlimited"},
-	"replaces":   {"name"},
-}
-
-// checkFields walks the document before decoding so that an unknown field
-// or a bad unit is reported with its path (descriptors[2].rate_limit.unit)
-// rather than a line number alone.
-func checkFields(n *yaml.Node, path string) error {
-	if n.Kind == yaml.DocumentNode {
-		if len(n.Content) == 0 {
-			return errors.New("empty file")
-		}
-		n = n.Content[0]
-	}
-	return checkMapping(n, path, "file")
-}
-
-func checkMapping(n *yaml.Node, path, role string) error {
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s: line %d: want a mapping", orTop(path), n.Line)
-	}
-	var errs []error
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		field := join(path, k.Value)
-		known := false
-		for _, f := range fieldsOf[role] {
-			known = known || f == k.Value
-		}
-		if !known {
-			errs = append(errs, fmt.Errorf("%s: line %d: unknown field %q", field, k.Line, k.Value))
-			continue
-		}
-		switch k.Value {
-		case "descriptors", "replaces":
-			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-				continue
-			}
-			if v.Kind != yaml.SequenceNode {
-				errs = append(errs, fmt.Errorf("%s: line %d: want a list", field, v.Line))
-				continue
-			}
-			sub := "descriptor"
-			if k.Value == "replaces" {
-				sub = "replaces"
-			}
-			for j, item := range v.Content {
-				if err := checkMapping(item, field+"["+strconv.Itoa(j)+"]", sub); err != nil {
-					errs = append(errs, err)
-				}
-			}
-		case "rate_limit":
-			if err := checkMapping(v, field, "rate_limit"); err != nil {
-				errs = append(errs, err)
-			}
-		case "unit":
-			var u Unit
-			if err := u.UnmarshalText([]byte(v.Value)); err != nil || v.Kind != yaml.ScalarNode {
-				errs = append(errs, fmt.Errorf("%s: unknown unit %q", field, v.Value))
-			}
-		case "requests_per_unit":
-			if _, err := strconv.ParseUint(v.Value, 10, 32); err != nil || v.Kind != yaml.ScalarNode {
-				errs = append(errs, fmt.Errorf("%s: %q is not a whole number from 0 to 4294967295", field, v.Value))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func join(path, field string) string {
-	if path == "" {
-		return field
-	}
-	return path + "." + field
-}
-
-func orTop(path string) string {
-	if path == "" {
-		return "(top level)"
-	}
-	return path
 }
 
 // cleanDecodeError shortens yaml.v3's type errors ("cannot unmarshal !!str

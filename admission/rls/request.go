@@ -11,26 +11,27 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// validate checks a request for what Envoy may send: it rejects what Envoy
-// never sends and no answer could mean.
-func validate(req *rlsv3.RateLimitRequest) error {
+// validate checks a request against what Envoy may send and the bounds
+// of l: it rejects what no answer could mean (no domain, no descriptors,
+// a limit override in a unit there is none of) and what is beyond l.
+// What envoyproxy/ratelimit answers, this answers too: a descriptor with
+// no entries, or an entry without a key, matches no configured
+// descriptor (OK, not limited); is_negative_hits is ignored, the hits
+// charged (a token bucket is never refunded).
+func validate(req *rlsv3.RateLimitRequest, l Limits) error {
 	if req.GetDomain() == "" {
 		return status.Error(codes.InvalidArgument, "rls: domain: required")
 	}
-	if len(req.GetDescriptors()) == 0 {
+	n := len(req.GetDescriptors())
+	if n == 0 {
 		return status.Error(codes.InvalidArgument, "rls: descriptors: at least one is required")
 	}
+	if n > l.MaxDescriptors {
+		return status.Errorf(codes.InvalidArgument, "rls: descriptors: %d in one request, more than rls.max_descriptors (%d)", n, l.MaxDescriptors)
+	}
 	for i, d := range req.Descriptors {
-		if d == nil || len(d.Entries) == 0 {
-			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries: at least one is required", i)
-		}
-		for j, e := range d.Entries {
-			if e == nil || e.Key == "" {
-				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries[%d].key: required", i, j)
-			}
-		}
-		if d.IsNegativeHits {
-			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].is_negative_hits: not supported (a token bucket is never refunded)", i)
+		if m := len(d.GetEntries()); m > l.MaxEntries {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries: %d, more than rls.max_entries (%d)", i, m, l.MaxEntries)
 		}
 		if o := d.GetLimit(); o != nil {
 			if _, ok := overrideUnits[o.Unit]; !ok {
@@ -60,16 +61,22 @@ const maxPath = 128
 func bucketKey(tag string, entries []*ratelimitEntry) ratelimit.BucketKey {
 	n := 0
 	for _, e := range entries {
-		n += len(e.Key) + len(e.Value) + 8
+		n += len(e.GetKey()) + len(e.GetValue()) + 8
 	}
-	b := make([]byte, 0, n)
+	// A path short enough to be kept is written on the stack: the
+	// string is the key's one allocation.
+	var arr [maxPath]byte
+	b := arr[:0]
+	if n > maxPath {
+		b = make([]byte, 0, n)
+	}
 	for _, e := range entries {
-		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
+		b = strconv.AppendInt(b, int64(len(e.GetKey())), 10)
 		b = append(b, ':')
-		b = append(b, e.Key...)
-		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+		b = append(b, e.GetKey()...)
+		b = strconv.AppendInt(b, int64(len(e.GetValue())), 10)
 		b = append(b, ':')
-		b = append(b, e.Value...)
+		b = append(b, e.GetValue()...)
 	}
 	k := ratelimit.BucketKey{Tenant: tag, Scope: string(b)}
 	if len(b) > maxPath {

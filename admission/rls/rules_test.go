@@ -27,11 +27,11 @@ func TestParseRulesErrors(t *testing.T) {
 			`f.yaml: descriptors[0].descriptors[0].rate_limit.burst: line 6: unknown field "burst"`},
 		{"no key", "domain: d\ndescriptors:\n  - value: a\n", "f.yaml: descriptors[0].key: required"},
 		{"no unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests_per_unit: 1}\n", "f.yaml: descriptors[0].rate_limit.unit: required (second, minute, hour, day, week, month or year)"},
-		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n", "f.yaml: descriptors[0].rate_limit: unlimited: true takes no unit or requests_per_unit"},
+		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n", "f.yaml: descriptors[0].rate_limit.unit: an unlimited rate limit has no unit: delete unit, or unlimited: true"},
 		{"negative rpu", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n", `f.yaml: descriptors[0].rate_limit.requests_per_unit: "-1" is not a whole number from 0 to 4294967295`},
 		{"duplicate", "domain: d\ndescriptors:\n  - key: a\n    value: x\n  - key: a\n    value: x\n", `f.yaml: descriptors[1]: key "a" value "x": configured twice at this level`},
 		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}\n", "f.yaml: descriptors[0].rate_limit.replaces[0].name: required"},
-		{"two documents", "domain: d\n---\ndomain: e\n", "f.yaml: more than one YAML document"},
+		{"two documents", "domain: d\n---\ndomain: e\n", "f.yaml: line 3: a second YAML document: envoyproxy/ratelimit ignores all but a file's first document: put each domain in a file of its own, or delete what follows the ---"},
 		{"not a mapping", "- a\n", "f.yaml: (top level): line 1: want a mapping"},
 		{"bool typo", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: sometimes\n", "f.yaml: line 4: cannot unmarshal !!str `sometimes` into bool"},
 	} {
@@ -46,7 +46,7 @@ func TestParseRulesErrors(t *testing.T) {
 
 func TestParseRulesDuplicateDomainAcrossFiles(t *testing.T) {
 	_, err := ParseRules(Source{"a.yaml", []byte("domain: d\n")}, Source{"b.yaml", []byte("domain: d\n")})
-	want := `b.yaml: domain: "d" is already configured in a.yaml`
+	want := `b.yaml: domain: "d" is already configured in a.yaml: give each file its own domain, or set rls.merge_domain_config: true to merge the files of one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
@@ -85,7 +85,9 @@ func TestUnitsAndBuckets(t *testing.T) {
 func FuzzParseRules(f *testing.F) {
 	for _, s := range []string{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"domain: d\ndescriptors:\n  - key: a\n    value: b*\n    descriptors: [{key: c, rate_limit: {unlimited: true}}]\n",
-		"domain: d\ndescriptors: ~\n", "{}", "domain: [1]\n"} {
+		"domain: d\ndescriptors: ~\n", "{}", "domain: [1]\n",
+		"domain: d\ndescriptors:\n  - key: a\n    value: x*y*\n    share_threshold: true\n    rate_limit: &r {unit: minute, requests_per_unit: 1}\n    metadata: {m: &m [1, *m]}\n  - {key: b*, rate_limit: {<<: *r, name: n}}\n",
+		"domain: d\ndescriptors: &a\n  - key: k\n    descriptors: *a\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -29,14 +29,19 @@ type Server struct {
 	log    *slog.Logger
 }
 
-// New loads cfg's rule files and builds the Server. A bad file fails here,
-// naming the file and the field, before anything listens.
+// New loads cfg's rule files (and its TLS files) and builds the Server. A
+// bad file fails here, naming the file and the field, before anything
+// listens.
 func New(cfg Config, o Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	rules, err := LoadRules(cfg.Configs)
+	rules, err := cfg.LoadRules() // with its settings (merge_domain_config)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := serverCredentials(cfg.TLS, o.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -44,15 +49,21 @@ func New(cfg Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newServer(cfg, svc, o.Logger), nil
+	var opts []grpc.ServerOption
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	return newServer(cfg, svc, o.Logger, opts...), nil
 }
 
-// newServer puts svc on a gRPC server; cfg has its defaults.
-func newServer(cfg Config, svc *Service, log *slog.Logger) *Server {
+// newServer puts svc on a gRPC server bounded by cfg.Limits, with opts
+// (its credentials); cfg has its defaults.
+func newServer(cfg Config, svc *Service, log *slog.Logger, opts ...grpc.ServerOption) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{svc: svc, cfg: cfg, grpc: grpc.NewServer(), health: health.NewServer(), log: log}
+	opts = append(cfg.Limits.serverOptions(), opts...)
+	s := &Server{svc: svc, cfg: cfg, grpc: grpc.NewServer(opts...), health: health.NewServer(), log: log}
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, svc)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if cfg.Reflection {
@@ -75,7 +86,7 @@ func (s *Server) Addr() string { return s.cfg.Listen }
 // Reload rereads the rule files and puts them in force; on error the old
 // rules stay and the error names the file and the field.
 func (s *Server) Reload() error {
-	rules, err := LoadRules(s.cfg.Configs)
+	rules, err := s.cfg.LoadRules()
 	if err != nil {
 		return err
 	}

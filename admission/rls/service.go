@@ -5,15 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"strconv"
 	"sync/atomic"
-	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fairgate/fairgate/admission/ratelimit"
@@ -24,10 +19,11 @@ import (
 const (
 	OutcomeAdmit        = "admit"         // limited, and within its limit
 	OutcomeReject       = "reject"        // OVER_LIMIT
-	OutcomeShadowReject = "shadow_reject" // would have been OVER_LIMIT; answered OK (shadow mode)
+	OutcomeShadowReject = "shadow_reject" // over the limit in shadow mode: the request is answered OK
+	OutcomeQuotaOver    = "quota_over"    // a quota_mode descriptor over its limit, in a request its quotas did not refuse
 	OutcomeUnlimited    = "unlimited"     // rate_limit: {unlimited: true}, or replaced by another limit
 	OutcomeNoLimit      = "no_limit"      // no configured limit (or unknown domain)
-	OutcomeNotCharged   = "not_charged"   // limited, but not asked: another descriptor's limit of zero refused the request
+	OutcomeNotCharged   = "not_charged"   // limited, but not asked: a limit of zero or a check refused the request
 )
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService. Build it
@@ -40,6 +36,8 @@ type Service struct {
 	rules   atomic.Pointer[Rules]
 	shadow  bool
 	headers bool
+	near    float64 // rls.near_limit_ratio
+	limits  Limits
 	tel     *Telemetry
 }
 
@@ -67,7 +65,8 @@ func NewService(cfg Config, rules *Rules, o Options) (*Service, error) {
 	if o.Store == nil {
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})
 	}
-	s := &Service{store: o.Store, shadow: cfg.Shadow, headers: *cfg.ResponseHeaders, tel: o.Telemetry.orNop(o.Logger)}
+	s := &Service{store: o.Store, shadow: cfg.Shadow, headers: cfg.ResponseHeaders, near: cfg.NearLimitRatio,
+		limits: cfg.Limits, tel: o.Telemetry.orNop(o.Logger)}
 	s.rules.Store(rules)
 	return s, nil
 }
@@ -80,12 +79,15 @@ func (s *Service) Rules() *Rules { return s.rules.Load() }
 
 // verdict is one descriptor's decision.
 type verdict struct {
-	node    *node
-	rule    *rule // nil: not limited
-	cost    float64
-	res     ratelimit.Result
-	over    bool // over the limit, before shadow mode
+	node *node
+	rule *rule   // nil: not limited
+	cost float64 // zero: a check (hits_addend 0), never charged
+	res  ratelimit.Result
+	over bool // over the limit, before shadow mode
+	// shadow is the descriptor's own shadow_mode (rls.shadow is the
+	// Service's; shadowed is either).
 	shadow  bool
+	near    bool // admitted, and near the limit (rls.near_limit_ratio)
 	outcome string
 }
 
@@ -107,7 +109,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree *level) (*rlsv3.RateLimitResponse, *verdict, []verdict, error) {
-	if err := validate(req); err != nil {
+	if err := validate(req, s.limits); err != nil {
 		return nil, nil, nil, err
 	}
 	vs := make([]verdict, len(req.Descriptors))
@@ -120,13 +122,15 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		if tree == nil {
 			continue
 		}
-		v.node = tree.match(d.Entries)
+		v.node = tree.match(d.GetEntries())
 		if v.node != nil {
 			v.rule = v.node.limit
 			v.shadow = v.node.shadow
 		}
 		if o := d.GetLimit(); o != nil {
-			v.rule = overrideRule(o, v.node)
+			// Envoy's override is enforced, whatever the matched
+			// descriptor's shadow_mode (rls.shadow still applies).
+			v.rule, v.shadow = overrideRule(o, v.node), false
 		}
 		if v.rule != nil {
 			for _, n := range v.rule.replaces {
@@ -137,9 +141,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 			}
 		}
 	}
-	// Classify, then charge every limited descriptor's bucket at once.
-	var pending []int // verdicts whose buckets the store is asked for
-	blocked := false  // an enforced limit of zero refuses the request
+	// Classify; read the checks; then charge every other limited
+	// descriptor's bucket at once.
+	var pending, checks []int // verdicts whose buckets the store is asked to charge, or only read
+	blocked := false          // an enforced limit of zero, or a check over its limit, refuses the request
 	for i := range vs {
 		v := &vs[i]
 		switch {
@@ -150,10 +155,15 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 			// A limit of zero refuses everything; no bucket to ask.
 			v.res = ratelimit.Result{RetryAfter: v.rule.window, ResetAfter: v.rule.window}
 			v.over = true
-			blocked = blocked || !s.shadowed(v)
+			blocked = blocked || !s.shadowed(v) && !v.rule.quotaMode
+		case v.cost == 0:
+			checks = append(checks, i)
 		default:
 			pending = append(pending, i)
 		}
+	}
+	if len(checks) > 0 { // so tree is not nil
+		blocked = s.check(req, tree.tag, vs, checks) || blocked
 	}
 	if blocked {
 		// Charging the others would charge a refused request.
@@ -166,6 +176,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		}
 	}
 	var decider *verdict
+	refused := s.refused(vs, nil)
 	for i := range vs {
 		v := &vs[i]
 		if v.rule == nil || v.outcome == OutcomeUnlimited || v.outcome == OutcomeNotCharged {
@@ -173,10 +184,16 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		}
 		v.outcome = OutcomeAdmit
 		if v.over {
-			v.outcome = OutcomeReject
-			if s.shadowed(v) {
+			switch {
+			case s.shadowed(v):
 				v.outcome = OutcomeShadowReject
+			case v.rule.quotaMode && !refused:
+				v.outcome = OutcomeQuotaOver
+			default:
+				v.outcome = OutcomeReject
 			}
+		} else {
+			v.near = s.nearLimit(v)
 		}
 		if decider == nil || rank(v) > rank(decider) || rank(v) == rank(decider) && fewer(v, decider) {
 			decider = v
@@ -201,25 +218,35 @@ func rank(v *verdict) int {
 	switch v.outcome {
 	case OutcomeReject:
 		return 2
-	case OutcomeShadowReject:
+	case OutcomeShadowReject, OutcomeQuotaOver:
 		return 1
 	}
 	return 0
 }
 
-// cost is the tokens descriptor d takes: its own hits_addend when set,
-// else the request's; zero means one.
+// cost is the tokens descriptor d takes: its own hits_addend when set
+// (zero: a check, which takes nothing), else the request's (zero means
+// one), as envoyproxy/ratelimit counts hits.
 func cost(req *rlsv3.RateLimitRequest, d *ratelimitDescriptor) float64 {
 	if h := d.GetHitsAddend(); h != nil {
-		if h.Value == 0 {
-			return 1
-		}
 		return float64(h.Value)
 	}
 	if req.HitsAddend == 0 {
 		return 1
 	}
 	return float64(req.HitsAddend)
+}
+
+// nearLimit reports whether v, admitted, leaves its bucket near the
+// limit: the tokens used exceed ⌊rls.near_limit_ratio × requests_per_unit⌋,
+// envoyproxy/ratelimit's near-limit threshold. A check takes nothing, and
+// a bucket the store did not read tells nothing: neither is near.
+func (s *Service) nearLimit(v *verdict) bool {
+	if v.cost == 0 || v.res.StateUnknown {
+		return false
+	}
+	rpu := float64(v.rule.requestsPerUnit)
+	return rpu-v.res.Remaining > math.Floor(rpu*s.near)
 }
 
 // match walks the tree with a request descriptor's entries and returns the
@@ -230,175 +257,12 @@ func (lvl *level) match(entries []*ratelimitEntry) *node {
 		if n != nil {
 			lvl = &n.children
 		}
-		n = lvl.child(e.Key, e.Value)
+		n = lvl.child(e.GetKey(), e.GetValue())
 		if n == nil {
 			return nil
 		}
 	}
 	return n
-}
-
-// overrideUnits maps the request-level limit override's units to ours.
-var overrideUnits = map[typev3.RateLimitUnit]Unit{
-	typev3.RateLimitUnit_SECOND: UnitSecond, typev3.RateLimitUnit_MINUTE: UnitMinute,
-	typev3.RateLimitUnit_HOUR: UnitHour, typev3.RateLimitUnit_DAY: UnitDay,
-	typev3.RateLimitUnit_MONTH: UnitMonth, typev3.RateLimitUnit_YEAR: UnitYear,
-}
-
-// overrideRule is the rule of a request-level limit override (validated).
-// It keeps the matched node's name, so metrics and headers still name the
-// configured descriptor.
-func overrideRule(o *ratelimitOverride, n *node) *rule {
-	u := overrideUnits[o.Unit]
-	window := u.Duration()
-	if m := o.GetUnitMultiplier(); m != nil {
-		window *= time.Duration(m.Value)
-	}
-	name := "override"
-	if n != nil {
-		name = n.path
-		if n.limit != nil {
-			name = n.limit.name
-		}
-	}
-	r := newRule(name, o.RequestsPerUnit, u, window)
-	if m := o.GetUnitMultiplier(); m != nil && m.Value > 1 {
-		r.unitMultiplier = m.Value
-	}
-	return r
-}
-
-// response builds the answer from the verdicts.
-func (s *Service) response(vs []verdict, decider *verdict) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(vs))}
-	var retry time.Duration
-	for i := range vs {
-		v := &vs[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
-		if v.outcome != OutcomeAdmit && v.outcome != OutcomeReject && v.outcome != OutcomeShadowReject {
-			continue
-		}
-		// A store that did not read the bucket knows no remaining tokens,
-		// and Envoy's x-ratelimit headers are made from current_limit
-		// and limit_remaining: neither is sent. A remembered denial
-		// still knows when it ends.
-		if !v.res.StateUnknown {
-			st.CurrentLimit = v.rule.current()
-			st.LimitRemaining = uint32(min(math.Floor(v.res.Remaining), math.MaxUint32))
-		}
-		if !v.res.StateUnknown || v.over {
-			st.DurationUntilReset = durationpb.New(untilReset(v))
-		}
-		if v.outcome == OutcomeReject {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			retry = max(retry, v.res.RetryAfter)
-		}
-	}
-	if s.headers && decider != nil {
-		resp.ResponseHeadersToAdd = headers(vs, decider, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT, retry)
-	}
-	return resp
-}
-
-// untilReset is a descriptor's duration_until_reset: when over, the time
-// until its bucket holds the request's cost again (what Retry-After says);
-// else the time until the bucket is full.
-func untilReset(v *verdict) time.Duration {
-	if v.over {
-		return v.res.RetryAfter
-	}
-	return v.res.ResetAfter
-}
-
-// current is the rule as Envoy's current_limit.
-func (r *rule) current() *rlsv3.RateLimitResponse_RateLimit {
-	c := &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.requestsPerUnit, Unit: responseUnits[r.unit]}
-	if r.unitMultiplier > 1 {
-		c.UnitMultiplier = wrapUint32(r.unitMultiplier)
-	}
-	return c
-}
-
-var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
-	UnitNone: rlsv3.RateLimitResponse_RateLimit_UNKNOWN, UnitSecond: rlsv3.RateLimitResponse_RateLimit_SECOND,
-	UnitMinute: rlsv3.RateLimitResponse_RateLimit_MINUTE, UnitHour: rlsv3.RateLimitResponse_RateLimit_HOUR,
-	UnitDay: rlsv3.RateLimitResponse_RateLimit_DAY, UnitWeek: rlsv3.RateLimitResponse_RateLimit_WEEK,
-	UnitMonth: rlsv3.RateLimitResponse_RateLimit_MONTH, UnitYear: rlsv3.RateLimitResponse_RateLimit_YEAR,
-}
-
-// headers renders the client-facing headers: RateLimit-Policy lists every
-// limit that applied; RateLimit and RateLimit-Limit/-Remaining/-Reset
-// describe the one that decided (a rejection, else the fewest tokens
-// left), in its real state even under shadow mode, and are left out when
-// the store did not read its bucket (nothing is known to tell); Retry-After,
-// in whole seconds (at least 1), when the answer is OVER_LIMIT.
-func headers(vs []verdict, decider *verdict, over bool, retry time.Duration) []*corev3.HeaderValue {
-	// All values are written into one buffer, made one string and sliced,
-	// and the header values are one array: four allocations, not twenty.
-	var arr [256]byte
-	b := arr[:0]
-	var keys [len(headerKeys)]string
-	var ends [len(headerKeys)]int
-	n := 0
-	mark := func(key string) {
-		keys[n], ends[n] = key, len(b)
-		n++
-	}
-	for i := range vs {
-		v := &vs[i]
-		if v.outcome != OutcomeAdmit && v.outcome != OutcomeReject && v.outcome != OutcomeShadowReject {
-			continue
-		}
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		q := quota(v)
-		b = ratelimit.AppendPolicy(b, &q)
-	}
-	mark(headerKeys[0])
-	if !decider.res.StateUnknown {
-		q := quota(decider)
-		b = ratelimit.AppendState(b, &q)
-		mark(headerKeys[1])
-		b = strconv.AppendUint(b, uint64(decider.rule.requestsPerUnit), 10)
-		mark(headerKeys[2])
-		b = strconv.AppendInt(b, int64(q.Remaining), 10)
-		mark(headerKeys[3])
-		b = strconv.AppendInt(b, ceilSeconds(q.Reset, 0), 10)
-		mark(headerKeys[4])
-	}
-	if over {
-		b = strconv.AppendInt(b, ceilSeconds(retry, 1), 10)
-		mark(headerKeys[5])
-	}
-	all := string(b)
-	hv := make([]corev3.HeaderValue, n)
-	out := make([]*corev3.HeaderValue, n)
-	start := 0
-	for i := range n {
-		hv[i].Key, hv[i].Value = keys[i], all[start:ends[i]]
-		out[i] = &hv[i]
-		start = ends[i]
-	}
-	return out
-}
-
-// headerKeys are the response headers, in the order headers writes them;
-// Retry-After, last, only when over the limit.
-var headerKeys = [...]string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After"}
-
-func quota(v *verdict) ratelimit.QuotaState {
-	return ratelimit.QuotaState{Name: v.rule.name, Limit: float64(v.rule.requestsPerUnit), Window: v.rule.window,
-		Remaining: math.Floor(v.res.Remaining), Reset: untilReset(v)}
-}
-
-// ceilSeconds is d in whole seconds, rounded up, at least least.
-func ceilSeconds(d time.Duration, least int64) int64 {
-	s := int64((d + time.Second - 1) / time.Second)
-	return max(s, least)
 }
 
 // The generated types of the request's descriptors, by shorter names.

@@ -52,6 +52,7 @@ type Telemetry struct {
 	tracer    trace.Tracer // nil: no spans
 	prop      propagation.TextMapPropagator
 	decisions *prometheus.CounterVec // nil: no metrics
+	near      *prometheus.CounterVec
 	calls     *prometheus.HistogramVec
 	log       *slog.Logger
 	logEvery  time.Duration
@@ -96,12 +97,16 @@ func NewTelemetry(o TelemetryOptions) (*Telemetry, error) {
 			Name: "fairgate_rls_decisions_total",
 			Help: "Envoy rate limit service decisions, one per request descriptor, by domain, configured descriptor and outcome (admit, reject, shadow_reject, unlimited, no_limit, not_charged).",
 		}, []string{"domain", "descriptor", "outcome"})
+		t.near = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairgate_rls_near_limit_total",
+			Help: "Admitted descriptor decisions that left their bucket near the limit (more tokens used than rls.near_limit_ratio × requests_per_unit, rounded down: envoyproxy/ratelimit's near_limit), by domain and configured descriptor.",
+		}, []string{"domain", "descriptor"})
 		t.calls = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fairgate_rls_call_seconds",
 			Help:    "ShouldRateLimit calls by gRPC code and overall code (OK, OVER_LIMIT; empty on error), and their latency.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .1},
 		}, []string{"grpc_code", "overall_code"})
-		for _, c := range []prometheus.Collector{t.decisions, t.calls} {
+		for _, c := range []prometheus.Collector{t.decisions, t.near, t.calls} {
 			if err := o.Metrics.Register(c); err != nil {
 				return nil, err
 			}
@@ -163,6 +168,9 @@ func (c *call) verdict(v *verdict) {
 	}
 	if t.decisions != nil {
 		t.decisions.WithLabelValues(c.domainLabel(), path, v.outcome).Inc()
+		if v.near {
+			t.near.WithLabelValues(c.domainLabel(), path).Inc()
+		}
 	}
 	if v.outcome == OutcomeShadowReject && t.log != nil {
 		key := c.domain + "\x00" + path

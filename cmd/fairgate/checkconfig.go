@@ -15,7 +15,6 @@ import (
 
 	"github.com/fairgate/fairgate/admission"
 	"github.com/fairgate/fairgate/admission/gateway"
-	"github.com/fairgate/fairgate/admission/rls"
 	"github.com/fairgate/fairgate/bulkhead"
 	"github.com/fairgate/fairgate/shed"
 	"github.com/fairgate/fairgate/tenant"
@@ -46,7 +45,7 @@ func checkConfig(args []string, stdout io.Writer) error {
 		}
 	}
 	if cfg.RLS != nil {
-		rules, err := rls.LoadRules(cfg.RLS.Configs)
+		rules, err := cfg.RLS.LoadRules() // with its settings (merge_domain_config)
 		if err != nil {
 			return err
 		}

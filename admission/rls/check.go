@@ -1,0 +1,61 @@
+package rls
+
+import (
+	"math"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
+)
+
+// tokenReader is a store that can read a bucket without charging it:
+// the embedded MemoryStore. A check is answered from it.
+type tokenReader interface {
+	// Tokens returns the tokens bucket k holds now under l, changing
+	// nothing.
+	Tokens(k ratelimit.BucketKey, l ratelimit.Limit) float64
+}
+
+var _ tokenReader = (*ratelimit.MemoryStore)(nil)
+
+// check decides the checks at idx: descriptors whose own hits_addend is 0,
+// which envoyproxy/ratelimit counts as no hit, so they ask whether the
+// limit is reached and charge nothing. A check is over its limit when its
+// bucket holds less than one token (a request of one would be refused);
+// it then refuses the request unless it is in shadow mode, and blocked
+// says so. On a store that cannot read a bucket without charging it (the
+// Redis store), a check is admitted with its state unknown, as a failure
+// policy that admits would be: it never refuses, and tells no state.
+func (s *Service) check(req *rlsv3.RateLimitRequest, tag string, vs []verdict, idx []int) (blocked bool) {
+	tr, ok := s.store.(tokenReader)
+	for _, i := range idx {
+		v := &vs[i]
+		if !ok {
+			v.res = ratelimit.Result{Allowed: true, StateUnknown: true}
+			continue
+		}
+		l := v.rule.limit
+		tokens := tr.Tokens(v.rule.bucketKey(tag, req.Descriptors[i].GetEntries()), l)
+		v.res = ratelimit.Result{Allowed: tokens >= 1, Remaining: tokens, ResetAfter: refill(l, l.Burst-tokens)}
+		if !v.res.Allowed {
+			v.res.RetryAfter = refill(l, 1-tokens)
+			v.over = true
+			blocked = blocked || !s.shadowed(v)
+		}
+	}
+	return blocked
+}
+
+// refill is the time l takes to refill n tokens, rounded up to the
+// nanosecond so that a client told to wait finds them there.
+func refill(l ratelimit.Limit, n float64) time.Duration {
+	d := n / l.Rate * 1e9
+	switch {
+	case d <= 0:
+		return 0
+	case d >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return time.Duration(math.Ceil(d))
+}
