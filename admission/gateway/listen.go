@@ -7,11 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/fairgate/fairgate/internal/proxyproto"
+	"github.com/fairgate/fairgate/internal/tlsreload"
 )
 
 // protocols returns the public server's protocols for c: HTTP/1.1 always;
@@ -50,99 +49,25 @@ func wrapListener(ln net.Listener, c ServerConfig, tc *tls.Config, trusted trust
 
 // tlsConfig is the public listener's TLS config for c, nil without
 // server.tls. It fails when the certificate cannot be loaded now; later
-// changes to the files are loaded as they come (certReloader).
+// changes to the files are loaded as they come (internal/tlsreload).
 func tlsConfig(c ServerConfig, log *slog.Logger) (*tls.Config, error) {
 	if c.TLS == nil {
 		return nil, nil
 	}
-	r := &certReloader{cert: c.TLS.CertFile, key: c.TLS.KeyFile, log: log, now: time.Now}
-	if err := r.load(); err != nil {
+	certs, err := tlsreload.Load([]string{c.TLS.CertFile, c.TLS.KeyFile}, []string{"server.tls.cert_file", "server.tls.key_file"},
+		"TLS certificate", func(data [][]byte) (*tls.Certificate, error) {
+			cert, err := tls.X509KeyPair(data[0], data[1])
+			if err != nil {
+				return nil, fmt.Errorf("server.tls: %w", err)
+			}
+			return &cert, nil
+		}, log, time.Now)
+	if err != nil {
 		return nil, err
 	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		NextProtos:     []string{"h2", "http/1.1"},
-		GetCertificate: r.get,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return certs.Get(), nil },
 	}, nil
-}
-
-// certReloader serves a certificate from its files and loads them again
-// when either changes (checked at most once a second, on a handshake), so
-// a renewed certificate is served without a restart and without dropping a
-// connection. A change that does not load (a half-written file, a key
-// that does not match) is logged and the old certificate stays.
-type certReloader struct {
-	cert, key string
-	log       *slog.Logger
-	now       func() time.Time
-
-	mu sync.Mutex
-	// current is the certificate served; stamp says which files' it is;
-	// checked is when they were last looked at.
-	current *tls.Certificate
-	stamp   [2]fileStamp
-	checked time.Time
-}
-
-// fileStamp is what says a file changed: its modification time and size.
-type fileStamp struct {
-	mod  time.Time
-	size int64
-}
-
-func stampOf(path string) (fileStamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}, err
-	}
-	return fileStamp{fi.ModTime(), fi.Size()}, nil
-}
-
-// load reads both files now.
-func (r *certReloader) load() error {
-	var st [2]fileStamp
-	var err error
-	for i, p := range []string{r.cert, r.key} {
-		if st[i], err = stampOf(p); err != nil {
-			return fmt.Errorf("server.tls: %w", err)
-		}
-	}
-	cert, err := tls.LoadX509KeyPair(r.cert, r.key)
-	if err != nil {
-		return fmt.Errorf("server.tls: %w", err)
-	}
-	r.mu.Lock()
-	r.current, r.stamp, r.checked = &cert, st, r.now()
-	r.mu.Unlock()
-	return nil
-}
-
-// get is tls.Config.GetCertificate.
-func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	r.mu.Lock()
-	now := r.now()
-	if now.Sub(r.checked) < time.Second {
-		c := r.current
-		r.mu.Unlock()
-		return c, nil
-	}
-	r.checked = now
-	old := r.stamp
-	r.mu.Unlock()
-	changed := false
-	for i, p := range []string{r.cert, r.key} {
-		if st, err := stampOf(p); err == nil && st != old[i] {
-			changed = true
-		}
-	}
-	if changed {
-		if err := r.load(); err != nil {
-			r.log.Warn("TLS certificate changed but did not load; serving the old one", "err", err)
-		} else {
-			r.log.Info("TLS certificate reloaded", "cert_file", r.cert)
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.current, nil
 }

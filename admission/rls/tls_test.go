@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -186,50 +185,5 @@ func TestTLSErrors(t *testing.T) {
 				t.Errorf("%s: %v, want %q", tc.name, err, w)
 			}
 		}
-	}
-}
-
-// TestTLSReload: a certificate renewed in place is served from the next
-// handshake after the files are looked at again (at most once a second);
-// one that does not load keeps the old.
-func TestTLSReload(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile, _, err := selfsigned.Write(dir, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	f := &tlsFiles{files: [3]string{certFile, keyFile, ""}, log: slog.New(slog.DiscardHandler), now: func() time.Time { return now }}
-	if err := f.load(); err != nil {
-		t.Fatal(err)
-	}
-	serial := func() int64 {
-		t.Helper()
-		c, err := f.forClient(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, err := x509.ParseCertificate(c.Certificates[0].Certificate[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x.SerialNumber.Int64()
-	}
-	if _, _, _, err := selfsigned.Write(dir, 2); err != nil {
-		t.Fatal(err)
-	}
-	if got := serial(); got != 1 {
-		t.Fatalf("within a second of the load: serial %d, want the old 1", got)
-	}
-	now = now.Add(2 * time.Second)
-	if got := serial(); got != 2 {
-		t.Fatalf("after the renewal: serial %d, want 2", got)
-	}
-	if err := writeFile(keyFile, "garbage, and longer than the key was: ......................................................................................................................................................................................................................................"); err != nil {
-		t.Fatal(err)
-	}
-	now = now.Add(2 * time.Second)
-	if got := serial(); got != 2 {
-		t.Fatalf("after a bad write: serial %d, want the old 2", got)
 	}
 }
