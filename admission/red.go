@@ -13,9 +13,12 @@ import (
 // each took by tier, route, outcome and status class
 // (fairgate_request_duration_seconds), and how long the upstream took to
 // answer by route and status class (fairgate_upstream_duration_seconds).
-// Each is a classic histogram (its buckets below) and a native one, which
-// a Prometheus scraping the protobuf format with native histograms on
-// reads instead.
+// Each is a classic histogram (its buckets below) and, with
+// MetricsOptions.NativeHistograms, a native one too, which a Prometheus
+// scraping the protobuf format with native histograms on reads instead:
+// off by default, since its sparse buckets cost each observation more
+// atomic work on shared cache lines, which cores answering the same
+// series contend for.
 //
 // A series is made on the first answer of its labels, so a family shows
 // on /metrics once it has one: the rate limit service alone, which answers
@@ -80,14 +83,13 @@ type upstreamLabels struct {
 	code  int // the class's first code: 200 for 2xx, 0 for no answer
 }
 
-func newRED() *red {
+func newRED(native bool) *red {
 	hist := func(name, help string, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: name, Help: help, Buckets: redBuckets,
-			NativeHistogramBucketFactor:     1.1,
-			NativeHistogramMaxBucketNumber:  100,
-			NativeHistogramMinResetDuration: time.Hour,
-		}, labels)
+		o := prometheus.HistogramOpts{Name: name, Help: help, Buckets: redBuckets}
+		if native {
+			o.NativeHistogramBucketFactor, o.NativeHistogramMaxBucketNumber, o.NativeHistogramMinResetDuration = 1.1, 100, time.Hour
+		}
+		return prometheus.NewHistogramVec(o, labels)
 	}
 	return &red{
 		requests: hist("fairgate_request_duration_seconds",

@@ -178,3 +178,29 @@ func BenchmarkREDRequest(b *testing.B) {
 		}
 	})
 }
+
+// TestNativeHistogramsOptIn: the duration histograms are classic alone by
+// default, and native too with MetricsOptions.NativeHistograms.
+func TestNativeHistogramsOptIn(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		m, err := NewMetricsWith(reg, MetricsOptions{NativeHistograms: native})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.red.request(requestLabels{tier: "t", route: "r", admitted: true, code: 200}, 3*time.Millisecond)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "fairgate_request_duration_seconds" {
+				continue
+			}
+			h := mf.GetMetric()[0].GetHistogram()
+			if got := len(h.GetPositiveSpan()) > 0; got != native || len(h.GetBucket()) != len(redBuckets) {
+				t.Errorf("native %v: native spans %v, %d classic buckets; want native %v and %d classic", native, got, len(h.GetBucket()), native, len(redBuckets))
+			}
+		}
+	}
+}

@@ -220,8 +220,21 @@ type decisionLabels struct {
 	exempt              bool // admitted as exempt
 }
 
-// NewMetrics registers the gate's metrics on reg.
+// NewMetrics registers the gate's metrics on reg, with the default
+// MetricsOptions.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	return NewMetricsWith(reg, MetricsOptions{})
+}
+
+// MetricsOptions are the choices of NewMetricsWith.
+type MetricsOptions struct {
+	// NativeHistograms makes the request and upstream duration
+	// histograms native ones as well as classic (red.go).
+	NativeHistograms bool
+}
+
+// NewMetricsWith registers the gate's metrics on reg, as o says.
+func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, error) {
 	m := &Metrics{
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -254,7 +267,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fairgate_store_breaker_state",
 			Help: "1 for the shared store's circuit breaker's current state (closed, half_open, open).",
 		}, []string{"state"}),
-		red:      newRED(),
+		red:      newRED(o.NativeHistograms),
 		counters: map[decisionLabels]prometheus.Counter{},
 		rejected: map[rejectLabels]prometheus.Counter{},
 	}

@@ -202,7 +202,7 @@ func prepare(cfg Config, o *Options) (tel *telemetry, closers []func() error, er
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if tel, err = newTelemetry(o); err != nil {
+	if tel, err = newTelemetry(o, cfg.Admin.NativeHistograms); err != nil {
 		return nil, nil, err
 	}
 	closers, stats, err := newStore(cfg, o)
@@ -324,6 +324,7 @@ func (s *Server) Reload(ctx context.Context, cfg Config) error {
 	}{
 		{"listen", old.Listen != cfg.Listen}, {"admin_listen", old.AdminListen != cfg.AdminListen},
 		{"admin.recent_rejections", old.Admin.RecentRejections != cfg.Admin.RecentRejections},
+		{"admin.native_histograms", old.Admin.NativeHistograms != cfg.Admin.NativeHistograms},
 		{"upstream", old.Upstream != cfg.Upstream || old.UpstreamProtocol != cfg.UpstreamProtocol},
 		{"server (timeouts, max_header_bytes, engine, protocols, proxies)", !reflect.DeepEqual(oldSrv, newSrv)},
 		{"redis", !reflect.DeepEqual(old.Redis, cfg.Redis)}, {"tracing", !reflect.DeepEqual(old.Tracing, cfg.Tracing)},

@@ -211,7 +211,7 @@ type telemetry struct {
 	reloads *prometheus.CounterVec
 }
 
-func newTelemetry(o *Options) (*telemetry, error) {
+func newTelemetry(o *Options, native bool) (*telemetry, error) {
 	t := &telemetry{prop: propagation.TraceContext{}, reg: o.Metrics}
 	if o.TracerProvider != nil {
 		t.tracer = o.TracerProvider.Tracer("github.com/fairgate/fairgate/admission/gateway")
@@ -228,7 +228,7 @@ func newTelemetry(o *Options) (*telemetry, error) {
 			return nil, fmt.Errorf("gateway: metrics: %w", err)
 		}
 	}
-	m, err := admission.NewMetrics(t.reg)
+	m, err := admission.NewMetricsWith(t.reg, admission.MetricsOptions{NativeHistograms: native})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
