@@ -40,15 +40,18 @@ func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag s
 	if err != nil {
 		return err
 	}
-	softOver := false // a descriptor in shadow mode or a quota over its limit
+	softOver := false // a descriptor in its own shadow mode or a quota over its limit
 	for j, i := range pending {
 		v := &vs[i]
 		v.res = res[of[j]]
 		v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(takes) == 1)
-		softOver = softOver || v.over && (s.shadowed(v) || v.rule.quotaMode)
+		softOver = softOver || v.over && (v.shadow || v.rule.quotaMode)
 	}
-	if !softOver || s.refused(vs, pending) {
+	if !softOver || s.refused(vs, true) {
 		return nil
+	}
+	if _, multi := s.store.(ratelimit.MultiStore); !multi {
+		return nil // each take was its own: the enforced ones with room are charged already
 	}
 	// Only descriptors in shadow mode, or quotas that did not refuse the
 	// request, are over: it is admitted, so its enforced descriptors
@@ -64,7 +67,7 @@ func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag s
 		}
 	}
 	for j, i := range pending {
-		if t := of[j]; !s.shadowed(&vs[i]) && at[t] == -1 {
+		if t := of[j]; !vs[i].shadow && at[t] == -1 {
 			at[t] = len(enforced)
 			enforced = append(enforced, takes[t])
 		}
@@ -76,7 +79,7 @@ func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag s
 		return err
 	}
 	for j, i := range pending {
-		if v := &vs[i]; !s.shadowed(v) && at[of[j]] >= 0 {
+		if v := &vs[i]; !v.shadow && at[of[j]] >= 0 {
 			v.res = res[at[of[j]]]
 			v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(enforced) == 1)
 		}
@@ -84,36 +87,29 @@ func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag s
 	return nil
 }
 
-// refused reports whether the verdicts at idx (nil: all of vs) refuse
-// their request, by envoyproxy/ratelimit's quota_mode rule: a descriptor
-// not in shadow mode is over its limit and is not a quota, or every quota
-// descriptor is over (one in shadow mode is a quota never over).
-func (s *Service) refused(vs []verdict, idx []int) bool {
+// refused reports whether vs refuse their request, by
+// envoyproxy/ratelimit's quota_mode rule: a limited descriptor not in
+// shadow mode is over its limit and is not a quota, or every quota
+// descriptor is over (one in shadow mode is a quota never over; an
+// unlimited or replaced one is no quota). own leaves rls.shadow out: what
+// is charged is what enforcement would charge. A verdict not decided yet
+// is not over.
+func (s *Service) refused(vs []verdict, own bool) bool {
 	quotas, quotasOver := 0, 0
-	one := func(v *verdict) bool {
+	for i := range vs {
+		v := &vs[i]
+		if v.rule == nil || v.outcome == OutcomeUnlimited {
+			continue
+		}
+		shadow := v.shadow || !own && s.shadow
 		switch {
-		case v.rule == nil:
 		case v.rule.quotaMode:
 			quotas++
-			if v.over && !s.shadowed(v) {
+			if v.over && !shadow {
 				quotasOver++
 			}
-		case v.over && !s.shadowed(v):
+		case v.over && !shadow:
 			return true
-		}
-		return false
-	}
-	if idx == nil {
-		for i := range vs {
-			if one(&vs[i]) {
-				return true
-			}
-		}
-	} else {
-		for _, i := range idx {
-			if one(&vs[i]) {
-				return true
-			}
 		}
 	}
 	return quotas > 0 && quotasOver == quotas

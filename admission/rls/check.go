@@ -23,11 +23,11 @@ var _ tokenReader = (*ratelimit.MemoryStore)(nil)
 // which envoyproxy/ratelimit counts as no hit, so they ask whether the
 // limit is reached and charge nothing. A check is over its limit when its
 // bucket holds less than one token (a request of one would be refused);
-// it then refuses the request unless it is in shadow mode, and blocked
-// says so. On a store that cannot read a bucket without charging it (the
-// Redis store), a check is admitted with its state unknown, as a failure
-// policy that admits would be: it never refuses, and tells no state.
-func (s *Service) check(req *rlsv3.RateLimitRequest, tag string, vs []verdict, idx []int) (blocked bool) {
+// whether it then refuses the request is the refusal rule's (refused). On
+// a store that cannot read a bucket without charging it (the Redis
+// store), a check is admitted with its state unknown, as a failure policy
+// that admits would be: it never refuses, and tells no state.
+func (s *Service) check(req *rlsv3.RateLimitRequest, tag string, vs []verdict, idx []int) {
 	tr, ok := s.store.(tokenReader)
 	for _, i := range idx {
 		v := &vs[i]
@@ -41,10 +41,8 @@ func (s *Service) check(req *rlsv3.RateLimitRequest, tag string, vs []verdict, i
 		if !v.res.Allowed {
 			v.res.RetryAfter = refill(l, 1-tokens)
 			v.over = true
-			blocked = blocked || !s.shadowed(v)
 		}
 	}
-	return blocked
 }
 
 // refill is the time l takes to refill n tokens, rounded up to the

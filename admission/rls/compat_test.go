@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/fairgate/fairgate/admission/ratelimit"
 	"github.com/fairgate/fairgate/internal/redistest"
 )
 
@@ -290,4 +291,74 @@ descriptors:
 		{name: "the limit's last token", req: request("q", 0, desc("user", "u")), overall: ok, remaining: rem(0)},
 		{name: "the limit over refuses", req: request("q", 0, desc("user", "u")), overall: over, codes: codesOf(over)},
 	})
+}
+
+// refusalRules mix quotas, checks, limits of zero and shadow mode, for
+// the refusal rule's corners below.
+func refusalRules(t testing.TB) *Rules {
+	return mustRules(t, Source{"r.yaml", []byte(`domain: r
+descriptors:
+  - {key: q1, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: q2, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 5}}
+  - {key: qzero, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 0}}
+  - {key: qunl, quota_mode: true, rate_limit: {unlimited: true}}
+  - {key: zero, rate_limit: {unit: minute, requests_per_unit: 0}}
+  - {key: n, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - {key: sh, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+`)})
+}
+
+// TestRefusalCharges: a refused request charges nothing and an admitted
+// one charges its enforced descriptors with room, whichever verdicts
+// (checks, limits of zero, quotas, unlimited quotas) decide it.
+func TestRefusalCharges(t *testing.T) {
+	h := start(t, Config{}, refusalRules(t), Options{})
+	runSteps(t, h, []step{
+		{name: "q1's one token", req: request("r", 0, desc("q1", "x")), overall: ok},
+		{name: "the only quota, of zero, refuses: n not charged", req: request("r", 0, desc("qzero", "x"), desc("n", "x")), overall: over},
+		{name: "n untouched", req: request("r", 0, desc("n", "x")), overall: ok, remaining: rem(9)},
+		{name: "q1 over, q2 checked with room: admitted, n charged", req: request("r", 0, check("q2", "x"), desc("q1", "x"), desc("n", "x")), overall: ok, codes: codesOf(ok, over, ok)},
+		{name: "n charged once", req: request("r", 0, desc("n", "x")), overall: ok, remaining: rem(7)},
+		{name: "q1 checked over, q2 with room: admitted, q2 charged", req: request("r", 0, check("q1", "x"), desc("q2", "x")), overall: ok, codes: codesOf(over, ok)},
+		{name: "q2 charged once", req: request("r", 0, desc("q2", "x")), overall: ok, remaining: rem(3)},
+		{name: "an unlimited quota is no quota: q1 alone is every quota", req: request("r", 0, desc("q1", "x"), desc("qunl", "x")), overall: over},
+	})
+
+	// Under rls.shadow a request is answered OK, and charged as
+	// enforcement would charge it: here, not at all.
+	g := start(t, Config{Shadow: true}, refusalRules(t), Options{})
+	runSteps(t, g, []step{
+		{name: "shadow: zero would refuse", req: request("r", 0, desc("zero", "x"), desc("n", "x")), overall: ok, codes: codesOf(over, ok)},
+		{name: "n not charged", req: request("r", 0, desc("n", "x")), overall: ok, remaining: rem(9)},
+	})
+}
+
+// TestTakeOnlyStoreChargesOnce: on a store without TakeAll, a request a
+// shadow descriptor alone would refuse charges its enforced descriptor
+// once, not again in a second pass.
+func TestTakeOnlyStoreChargesOnce(t *testing.T) {
+	h := start(t, Config{}, refusalRules(t), Options{Store: takeOnly{ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})}})
+	for i := range 3 {
+		h.call(t, request("r", 0, desc("sh", "x"), desc("n", "x")))
+		if resp := h.call(t, request("r", 0, desc("n", "x"))); resp.Statuses[0].LimitRemaining != uint32(10-2*(i+1)) {
+			t.Fatalf("round %d: n has %d left, want %d: charged twice", i, resp.Statuses[0].LimitRemaining, 10-2*(i+1))
+		}
+	}
+}
+
+// TestOverrideWindowBound: an override whose unit_multiplier makes a
+// window the stores cannot hold is InvalidArgument, not a wrapped window.
+func TestOverrideWindowBound(t *testing.T) {
+	h := start(t, Config{}, refusalRules(t), Options{})
+	for _, m := range []uint32{4294967295, 213504} {
+		d := withOverride(5, typev3.RateLimitUnit_DAY, "n", "x")
+		d.Limit.UnitMultiplier = wrapperspb.UInt32(m)
+		_, err := h.client.ShouldRateLimit(t.Context(), request("r", 0, d))
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "unit_multiplier") {
+			t.Errorf("unit_multiplier %d days: %v, want InvalidArgument naming it", m, err)
+		}
+	}
+	if got := ceilSeconds(math.MaxInt64, 1); got != int64(math.MaxInt64/int64(time.Second))+1 {
+		t.Errorf("ceilSeconds(the longest wait) = %d, want it saturated, not wrapped", got)
+	}
 }

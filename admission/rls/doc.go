@@ -21,8 +21,9 @@
 // detailed_metric and value_to_metric only name envoyproxy/ratelimit's
 // stats by the request's values; here metric labels name the configured
 // descriptor whatever a request sends, so both are accepted and change
-// nothing. metadata (any mapping) is kept with the descriptor's rate limit
-// as a protobuf Struct, for the response's dynamic_metadata.
+// nothing. metadata (any mapping) is read and kept with the descriptor's
+// rate limit as a protobuf Struct; it is not sent (envoyproxy/ratelimit's
+// RESPONSE_DYNAMIC_METADATA has no equivalent yet).
 //
 // What envoyproxy/ratelimit accepts but ignores is refused, with the fix
 // in the message: a field given twice in one mapping (it keeps the last),

@@ -364,7 +364,7 @@ func (m *model) predict(req *rlsv3.RateLimitRequest, start, end time.Time) []*ca
 func (m *model) candidates(ds []desc, v variant) []*candidate {
 	blocked := false // an enforced limit of zero refuses the request, asking no bucket
 	for _, d := range ds {
-		blocked = blocked || d.kind == kindZero && !d.chargeShadow
+		blocked = blocked || d.kind == kindZero && !d.shadow // its own shadow_mode: under rls.shadow, charged as enforced
 	}
 	var takes []*take
 	of := make([]int, len(ds)) // descriptor → take, -1 none

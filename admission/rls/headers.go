@@ -78,6 +78,9 @@ func quota(v *verdict) ratelimit.QuotaState {
 
 // ceilSeconds is d in whole seconds, rounded up, at least least.
 func ceilSeconds(d time.Duration, least int64) int64 {
-	s := int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++ // d + 1s - 1 would overflow at the longest wait
+	}
 	return max(s, least)
 }

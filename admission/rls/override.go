@@ -13,6 +13,10 @@ var overrideUnits = map[typev3.RateLimitUnit]Unit{
 	typev3.RateLimitUnit_MONTH: UnitMonth, typev3.RateLimitUnit_YEAR: UnitYear,
 }
 
+// maxOverrideWindow is the longest window an override's unit and
+// unit_multiplier may make: the stores' bound on a bucket's refill time.
+const maxOverrideWindow = 1e9 * time.Second
+
 // overrideRule is the rule of a request-level limit override (validated).
 // It keeps the matched node's name, so metrics and headers still name the
 // configured descriptor; it has no configured name, so current_limit.name

@@ -39,6 +39,8 @@ func validate(req *rlsv3.RateLimitRequest, l Limits) error {
 			}
 			if m := o.GetUnitMultiplier(); m != nil && m.Value == 0 {
 				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].limit.unit_multiplier: must be >= 1", i)
+			} else if m != nil && uint64(m.Value) > uint64(maxOverrideWindow/overrideUnits[o.Unit].Duration()) {
+				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].limit.unit_multiplier: %d %v is longer than %v", i, m.Value, o.Unit, maxOverrideWindow)
 			}
 		}
 	}

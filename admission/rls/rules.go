@@ -75,9 +75,10 @@ type rule struct {
 	// the request is over (envoyproxy/ratelimit's rule); its own status
 	// is still OVER_LIMIT. False for a request-level override.
 	quotaMode bool
-	// metadata is the descriptor's metadata, as envoyproxy/ratelimit
-	// returns it in the response's dynamic_metadata; nil when none. It is
-	// shared by every call: clone it (proto.Clone) before merging into it.
+	// metadata is the descriptor's metadata, which envoyproxy/ratelimit
+	// can return in the response's dynamic_metadata (not sent here); nil
+	// when none. It is shared by every call: clone it (proto.Clone)
+	// before merging into it.
 	metadata *structpb.Struct
 	// shared is, for a rule under a share_threshold wildcard, one item
 	// per descriptor entry: the wildcard ("key_value" as written) that

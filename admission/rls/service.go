@@ -144,7 +144,6 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 	// Classify; read the checks; then charge every other limited
 	// descriptor's bucket at once.
 	var pending, checks []int // verdicts whose buckets the store is asked to charge, or only read
-	blocked := false          // an enforced limit of zero, or a check over its limit, refuses the request
 	for i := range vs {
 		v := &vs[i]
 		switch {
@@ -155,7 +154,6 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 			// A limit of zero refuses everything; no bucket to ask.
 			v.res = ratelimit.Result{RetryAfter: v.rule.window, ResetAfter: v.rule.window}
 			v.over = true
-			blocked = blocked || !s.shadowed(v) && !v.rule.quotaMode
 		case v.cost == 0:
 			checks = append(checks, i)
 		default:
@@ -163,9 +161,12 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		}
 	}
 	if len(checks) > 0 { // so tree is not nil
-		blocked = s.check(req, tree.tag, vs, checks) || blocked
+		s.check(req, tree.tag, vs, checks)
 	}
-	if blocked {
+	// A refusal known before any charge (an enforced limit of zero or
+	// check over, or every quota over among them) charges nothing, as
+	// enforcement would (rls.shadow too).
+	if s.refused(vs, true) {
 		// Charging the others would charge a refused request.
 		for _, i := range pending {
 			vs[i].outcome = OutcomeNotCharged
@@ -176,7 +177,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		}
 	}
 	var decider *verdict
-	refused := s.refused(vs, nil)
+	refused := s.refused(vs, false)
 	for i := range vs {
 		v := &vs[i]
 		if v.rule == nil || v.outcome == OutcomeUnlimited || v.outcome == OutcomeNotCharged {
