@@ -91,16 +91,25 @@ func (f *Files[T]) Get() T {
 	old := f.stamps
 	f.mu.Unlock()
 	changed := false
+	seen := make([]stamp, len(f.paths))
 	for i, p := range f.paths {
 		if p == "" {
 			continue
 		}
-		if fi, err := os.Stat(p); err == nil && (stamp{fi.ModTime(), fi.Size()}) != old[i] {
-			changed = true
+		if fi, err := os.Stat(p); err == nil {
+			seen[i] = stamp{fi.ModTime(), fi.Size()}
+			changed = changed || seen[i] != old[i]
+		} else {
+			seen[i] = old[i]
 		}
 	}
 	if changed {
 		if err := f.load(); err != nil {
+			// Tried once: the same files again are not (nor logged
+			// every second); the next change to them is.
+			f.mu.Lock()
+			f.stamps = seen
+			f.mu.Unlock()
 			f.log.Warn(f.what+" changed but did not load; the old one stays", "err", err.Error())
 		} else {
 			f.log.Info(f.what+" reloaded", "file", f.paths[0])

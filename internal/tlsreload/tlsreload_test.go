@@ -22,6 +22,7 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
+	builds := 0
 	pair := func(data [][]byte) (*tls.Certificate, error) {
 		c, err := tls.X509KeyPair(data[0], data[1])
 		return &c, err
@@ -31,6 +32,7 @@ func TestReload(t *testing.T) {
 			if data[2] != nil {
 				t.Error("a path \"\" read as a file")
 			}
+			builds++
 			return pair(data)
 		}, nil, func() time.Time { return now })
 	if err != nil {
@@ -60,6 +62,18 @@ func TestReload(t *testing.T) {
 	now = now.Add(2 * time.Second)
 	if got := serial(); got != 2 {
 		t.Fatalf("after a bad write: serial %d, want the old 2", got)
+	}
+	tried := builds
+	now = now.Add(2 * time.Second)
+	if serial(); builds != tried {
+		t.Fatal("the same bad files tried again a second later")
+	}
+	if _, _, _, err := selfsigned.Write(dir, 3); err != nil { // mended
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Second)
+	if got := serial(); got != 3 {
+		t.Fatalf("after the files were mended: serial %d, want 3", got)
 	}
 	if _, err := Load([]string{dir + "/nope.pem", keyFile}, []string{"cert_file", "key_file"}, "TLS certificate", pair, nil, time.Now); err == nil || !strings.HasPrefix(err.Error(), "cert_file: ") {
 		t.Fatalf("a missing file: %v, want an error led by its field", err)
