@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 
@@ -70,18 +71,10 @@ func (l Limits) validate() []error {
 
 // withDefaults returns l with zero fields set to their defaults.
 func (l Limits) withDefaults() Limits {
-	if l.MaxDescriptors == 0 {
-		l.MaxDescriptors = DefaultMaxDescriptors
-	}
-	if l.MaxEntries == 0 {
-		l.MaxEntries = DefaultMaxEntries
-	}
-	if l.MaxRequestBytes == 0 {
-		l.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if l.MaxConcurrentStreams == 0 {
-		l.MaxConcurrentStreams = DefaultMaxConcurrentStreams
-	}
+	l.MaxDescriptors = cmp.Or(l.MaxDescriptors, DefaultMaxDescriptors)
+	l.MaxEntries = cmp.Or(l.MaxEntries, DefaultMaxEntries)
+	l.MaxRequestBytes = cmp.Or(l.MaxRequestBytes, DefaultMaxRequestBytes)
+	l.MaxConcurrentStreams = cmp.Or(l.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	return l
 }
 
