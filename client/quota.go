@@ -67,7 +67,7 @@ func (q *quota) refilled(el float64) float64 {
 // until the reset. Against a token bucket (tLeft = (limit - E)/rate) this
 // settles with the bucket half full, sending at exactly the refill rate.
 // With fewer units left than the request takes, it waits for the refill
-// (or, without a known rate, the reset).
+// (or, without a known rate, the reset). No slot is after the reset.
 func (q *quota) earliest(now time.Time, c float64) time.Time {
 	if q.at.IsZero() {
 		return time.Time{}
@@ -85,7 +85,13 @@ func (q *quota) earliest(now time.Time, c float64) time.Time {
 		}
 		return now.Add(seconds(wait))
 	}
-	return q.last.Add(seconds(c * tLeft / e))
+	// Never past the reset: the quota is full again then, as earliest
+	// itself answers from then on, however many sends are queued.
+	slot := q.last.Add(seconds(c * tLeft / e))
+	if reset := now.Add(seconds(tLeft)); slot.After(reset) {
+		return reset
+	}
+	return slot
 }
 
 // count adds the reserved send res, at q's slot for it, to q's window.
