@@ -56,6 +56,68 @@ type memEntry struct {
 	// take still decided under the old limit must not bring the old,
 	// earlier instant back (the bucket would come back full).
 	fullAt int64
+	// fixed is set when b is a fixed window's state (see Limit.End).
+	fixed bool
+}
+
+// newEntry returns the entry of k first seen at now under l.
+func newEntry(k BucketKey, l Limit, now int64) *memEntry {
+	if l.Fixed() {
+		return &memEntry{key: k, fixed: true, fullAt: now}
+	}
+	return &memEntry{key: k, b: fullBucket(l, now), fullAt: now}
+}
+
+// entryFor returns e, or a new entry when e is nil or of the other kind
+// than l (a bucket, a window): a limit changed from one to the other
+// starts afresh. The new one replaces e's state in place.
+func (sh *memShard) entryFor(h uint64, e *memEntry, k BucketKey, l Limit, now int64) *memEntry {
+	switch {
+	case e == nil:
+		e = newEntry(k, l, now)
+		sh.addLocked(h, e)
+	case e.fixed != l.Fixed():
+		*e = *newEntry(k, l, now)
+	}
+	return e
+}
+
+// take takes cost from e under l at now (the store's clock; wall is the
+// same instant as Unix ns, which a fixed window counts in).
+func (e *memEntry) take(l Limit, now, wall int64, cost float64) Result {
+	var r Result
+	if l.Fixed() {
+		e.b, r = e.b.takeFixed(l, wall, cost)
+		e.fullAt = max(e.fullAt, now+max(e.b.last-wall, 0)) // the window's end
+		return r
+	}
+	if e.b, r = e.b.take(l, now, cost); r.Allowed {
+		e.fullAt = max(e.fullAt, e.b.fullAfter(r))
+	} else {
+		// Unchanged tokens, but perhaps a slower limit than the last
+		// take's: the bucket is full later, not earlier.
+		e.fullAt = max(e.fullAt, e.b.fullAt(l))
+	}
+	return r
+}
+
+// check returns the refusal of a take of cost under l at now from e (nil
+// for a bucket never seen), and whether e has the cost; it changes
+// nothing.
+func (e *memEntry) check(l Limit, now, wall int64, cost float64) (Result, bool) {
+	if l.Fixed() {
+		var b bucket
+		if e != nil && e.fixed {
+			b = e.b
+		}
+		left := b.leftIn(l)
+		return fixedDenial(b, l, wall, left, cost), left >= cost
+	}
+	tokens := l.Burst
+	if e != nil && !e.fixed {
+		tokens = e.b.tokensAt(l, now)
+	}
+	return denial(l, tokens, cost), tokens >= cost
 }
 
 // getLocked returns the entry of k (hash h), or nil. sh.mu must be held.
@@ -159,21 +221,14 @@ func (s *MemoryStore) takeAt(now int64, clock bool, k BucketKey, l Limit, cost f
 	if s.sweepDueLocked(sh, now) {
 		e = sh.getLocked(h, k) // it may have been swept
 	}
-	if e == nil {
-		e = &memEntry{key: k, b: fullBucket(l, now)}
-		sh.addLocked(h, e)
-	}
-	var r Result
-	if e.b, r = e.b.take(l, now, cost); r.Allowed {
-		e.fullAt = max(e.fullAt, e.b.fullAfter(r))
-	} else {
-		// Unchanged tokens, but perhaps a slower limit than the last
-		// take's: the bucket is full later, not earlier.
-		e.fullAt = max(e.fullAt, e.b.fullAt(l))
-	}
+	r := sh.entryFor(h, e, k, l, now).take(l, now, s.wall(now), cost)
 	sh.mu.Unlock()
 	return r
 }
+
+// wall returns the store's instant now (see Clock) as Unix ns: the wall
+// clock when the store was made, advanced by the store's clock since.
+func (s *MemoryStore) wall(now int64) int64 { return s.epoch.UnixNano() + now }
 
 // sweepDueLocked drops sh's full buckets when its sweep is due at now,
 // and says whether it swept. sh.mu must be held.
@@ -215,26 +270,17 @@ func (s *MemoryStore) TakeAllAt(now int64, takes []Take, res []Result) error {
 		s.shards[i].mu.Lock()
 		s.sweepDueLocked(&s.shards[i], now)
 	}
-	all := true
+	all, wall := true, s.wall(now)
 	for i, t := range takes {
 		h, sh := s.locate(t.Key)
-		tokens := t.Limit.Burst
-		if e := sh.getLocked(h, t.Key); e != nil {
-			tokens = e.b.tokensAt(t.Limit, now)
-		}
-		res[i] = denial(t.Limit, tokens, t.Cost)
-		all = all && tokens >= t.Cost
+		var has bool
+		res[i], has = sh.getLocked(h, t.Key).check(t.Limit, now, wall, t.Cost)
+		all = all && has
 	}
 	if all {
 		for i, t := range takes {
 			h, sh := s.locate(t.Key)
-			e := sh.getLocked(h, t.Key)
-			if e == nil {
-				e = &memEntry{key: t.Key, b: fullBucket(t.Limit, now)}
-				sh.addLocked(h, e)
-			}
-			e.b, res[i] = e.b.take(t.Limit, now, t.Cost)
-			e.fullAt = max(e.fullAt, e.b.fullAfter(res[i]))
+			res[i] = sh.entryFor(h, sh.getLocked(h, t.Key), t.Key, t.Limit, now).take(t.Limit, now, wall, t.Cost)
 		}
 	}
 	for _, i := range shards {
@@ -250,11 +296,8 @@ func (s *MemoryStore) Tokens(k BucketKey, l Limit) float64 {
 	h, sh := s.locate(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.getLocked(h, k)
-	if e == nil {
-		return l.Burst
-	}
-	return e.b.tokensAt(l, now)
+	r, _ := sh.getLocked(h, k).check(l, now, s.wall(now), 0)
+	return r.Remaining
 }
 
 // Relimit tells the store that the limits of its buckets may have changed
@@ -280,7 +323,7 @@ func (s *MemoryStore) Relimit(limitOf func(BucketKey) (Limit, bool)) {
 }
 
 func relimitLocked(e *memEntry, limitOf func(BucketKey) (Limit, bool)) {
-	if l, ok := limitOf(e.key); ok && l.Rate > 0 {
+	if l, ok := limitOf(e.key); ok && l.Rate > 0 && !e.fixed && !l.Fixed() {
 		e.fullAt = max(e.fullAt, e.b.fullAt(l))
 	}
 }

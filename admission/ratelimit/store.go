@@ -6,18 +6,30 @@ import (
 	"time"
 )
 
-// Limit is a token bucket's quota: Rate tokens a second, up to Burst tokens.
-// The zero value admits nothing.
+// Limit is a token bucket's quota: Rate tokens a second, up to Burst tokens;
+// or, with End set, a fixed window's. The zero value admits nothing.
 type Limit struct {
 	// Rate is the refill rate in tokens per second. Must be > 0.
 	Rate float64
 	// Burst is the bucket's capacity in tokens. Must be > 0.
 	Burst float64
+	// End, when not zero, makes the bucket a fixed window: Burst tokens
+	// for the window that ends at End (Unix ns, wall clock), none back
+	// before then, and the next window starts full. The caller sets it
+	// for each take from the window's Calendar (Calendar.Limit); Rate is
+	// then the nominal rate, which only Window reads. A bucket is kept
+	// apart from a window of the same key: a limit changed from one to
+	// the other starts afresh.
+	End int64
 }
 
 // Window returns the time l takes to refill a bucket from empty
-// (Burst/Rate), rounded up to the nanosecond.
+// (Burst/Rate), rounded up to the nanosecond: for a fixed window, its
+// nominal length.
 func (l Limit) Window() time.Duration { return secondsToDuration(l.Burst / l.Rate) }
+
+// Fixed reports whether l is a fixed window's.
+func (l Limit) Fixed() bool { return l.End != 0 }
 
 // BucketKey names one token bucket. Stores turn it into their own key; the
 // Redis store hashes or escapes both fields, so any bytes are safe here.
