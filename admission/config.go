@@ -161,6 +161,10 @@ type compiled struct {
 	// of its Limits: "limit/NAME", apart from the groups' scopes (a
 	// group's name holds no '/').
 	limitScopes map[*tenant.Tenant][]string
+	// limitWindows holds each tenant's limits' calendars, in the same
+	// order: the zero Calendar for a token bucket. Nil for a tenant whose
+	// limits are all buckets.
+	limitWindows map[*tenant.Tenant][]ratelimit.Calendar
 	// trusted are the networks whose X-Fairgate-Priority is believed.
 	trusted []netip.Prefix
 	// slashes is what a path with an escaped '/' gets.
@@ -249,8 +253,22 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		out.flows = make(map[*tenant.Tenant]*[3]string, len(reg.Tenants()))
 		out.limitScopes = make(map[*tenant.Tenant][]string, len(reg.Tenants()))
 		for _, t := range reg.Tenants() {
-			for _, l := range t.Limits {
+			for i, l := range t.Limits {
 				out.limitScopes[t] = append(out.limitScopes[t], "limit/"+l.Name)
+				if l.Window.IsZero() {
+					continue
+				}
+				cal, err := l.Window.Calendar()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("tenant %s's limits.%s.time_zone: %w", t.ID, l.Name, err))
+				}
+				if out.limitWindows == nil {
+					out.limitWindows = map[*tenant.Tenant][]ratelimit.Calendar{}
+				}
+				if out.limitWindows[t] == nil {
+					out.limitWindows[t] = make([]ratelimit.Calendar, len(t.Limits))
+				}
+				out.limitWindows[t][i] = cal
 			}
 			var f [3]string
 			for _, c := range []shed.Criticality{shed.Default, shed.Critical, shed.Sheddable} {

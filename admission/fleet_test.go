@@ -74,7 +74,7 @@ func TestModesReachTheStore(t *testing.T) {
 	tenants := testTenants(5)
 	starter := tenants.Tiers["starter"]
 	starter.Mode = tenant.ModeSync
-	starter.Limits = []tenant.LimitConfig{{Name: "daily", Burst: 1000, Per: 24 * time.Hour, Mode: tenant.ModeExact}, {Name: "second", Burst: 50, Rate: 10}}
+	starter.Limits = []tenant.LimitConfig{{Name: "daily", Burst: 1000, Per: tenant.Per(24 * time.Hour), Mode: tenant.ModeExact}, {Name: "second", Burst: 50, Rate: 10}}
 	tenants.Tiers["starter"] = starter
 	enterprise := tenants.Tiers["enterprise"]
 	enterprise.Mode = tenant.ModeExact

@@ -21,7 +21,7 @@ func TestLimitsOnRedis(t *testing.T) {
 	reg := testRegistryOf(t, withStarter(testTenants(1000), func(tc *tenant.TierConfig) {
 		tc.Burst = 1000 // the tenant's own bucket never refuses here
 		tc.Groups = map[string]tenant.Quota{"exports": {Rate: 0.001, Burst: 40}}
-		tc.Limits = []tenant.LimitConfig{{Name: "hourly", Burst: 60, Per: time.Hour}, {Name: "daily", Burst: 100, Per: 24 * time.Hour}}
+		tc.Limits = []tenant.LimitConfig{{Name: "hourly", Burst: 60, Per: tenant.Per(time.Hour)}, {Name: "daily", Burst: 100, Per: tenant.Per(24 * time.Hour)}}
 	}))
 	var gates [2]*Gate
 	for i := range gates {

@@ -18,7 +18,7 @@ import (
 // starter tier, beside its own bucket (5 a second, burst 25).
 func dailyStarter(t testing.TB) *tenant.Registry {
 	return testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) {
-		tc.Limits = []tenant.LimitConfig{{Name: "daily", Burst: 1000, Per: 24 * time.Hour}}
+		tc.Limits = []tenant.LimitConfig{{Name: "daily", Burst: 1000, Per: tenant.Per(24 * time.Hour)}}
 	}))
 }
 
@@ -68,10 +68,7 @@ func TestDailyQuotaBindsAfterBurstRefills(t *testing.T) {
 		t.Fatalf("RetryAfter = %v, want the daily bucket's wait %v", d.RetryAfter, want)
 	}
 
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest("GET", "/api/v1/users/me", nil)
-	r.Header.Set("X-API-Key", "start-key")
-	g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+	w := serveMe(g)
 	for k, want := range map[string]string{
 		"Ratelimit-Policy":    `"tenant";q=25;w=5, "daily";q=1000;w=86400`,
 		"Ratelimit-Limit":     "1000",
@@ -94,11 +91,21 @@ func TestDailyQuotaBindsAfterBurstRefills(t *testing.T) {
 	}
 }
 
+// serveMe answers one GET /api/v1/users/me of start-key through g's
+// middleware, for its headers and body.
+func serveMe(g *Gate) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/api/v1/users/me", nil)
+	r.Header.Set("X-API-Key", "start-key")
+	g.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+	return w
+}
+
 // TestLimitsAllOrNothing: a request one bucket refuses takes nothing from
 // the others, and when several refuse, Retry-After is the longest wait.
 func TestLimitsAllOrNothing(t *testing.T) {
 	g, clk := clockedGate(t, testConfig(), testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) {
-		tc.Limits = []tenant.LimitConfig{{Name: "minute", Burst: 30, Per: time.Minute}}
+		tc.Limits = []tenant.LimitConfig{{Name: "minute", Burst: 30, Per: tenant.Per(time.Minute)}}
 	})))
 	search := req("start-key", "GET", "/api/v1/search")
 	for range 5 { // 25 of the minute's 30, all of the tenant's 25
@@ -142,14 +149,41 @@ func TestLimitsMatchReference(t *testing.T) {
 	}
 }
 
-// refBucket is the reference model's bucket: tokens at instant last.
+// refBucket is the reference model's bucket: tokens at instant last; or,
+// with every set, a fixed window of every (aligned as time.Truncate
+// aligns it), with tokens left until end.
 type refBucket struct {
 	rate, burst, tokens float64
 	last                time.Time
+	every               time.Duration
+	end                 time.Time
 }
 
 func (b *refBucket) at(now time.Time) float64 {
+	if b.every > 0 {
+		if !now.Before(b.end) {
+			return b.burst
+		}
+		return b.tokens
+	}
 	return math.Min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+}
+
+// wait is the time until b holds cost at now.
+func (b *refBucket) wait(now time.Time, cost float64) time.Duration {
+	if b.every > 0 {
+		return now.Truncate(b.every).Add(b.every).Sub(now)
+	}
+	return time.Duration(math.Ceil((cost - b.at(now)) / b.rate * 1e9))
+}
+
+// take takes cost from b at now.
+func (b *refBucket) take(now time.Time, cost float64) {
+	tok := b.at(now)
+	if b.every > 0 {
+		b.end = now.Truncate(b.every).Add(b.every)
+	}
+	b.tokens, b.last = tok-cost, now
 }
 
 func checkAgainstReference(t *testing.T, seed uint64, refused map[Reason]int) {
@@ -160,10 +194,14 @@ func checkAgainstReference(t *testing.T, seed uint64, refused map[Reason]int) {
 	var limits []tenant.LimitConfig
 	for i := range 1 + rng.IntN(tenant.MaxLimits) {
 		l := tenant.LimitConfig{Name: fmt.Sprint("l", i), Burst: between(10, 400)}
-		if rng.IntN(2) == 0 {
+		switch rng.IntN(3) {
+		case 0:
 			l.Rate = between(1, 30) / 3
-		} else {
-			l.Per = []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}[rng.IntN(4)]
+		case 1:
+			l.Per = tenant.Per([]time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour}[rng.IntN(4)])
+		default:
+			l.Per, l.Window = tenant.Per([]time.Duration{time.Second, 10 * time.Second, time.Minute}[rng.IntN(3)]), tenant.WindowFixed
+			l.Burst = between(10, 60)
 		}
 		limits = append(limits, l)
 	}
@@ -178,7 +216,7 @@ func checkAgainstReference(t *testing.T, seed uint64, refused map[Reason]int) {
 	ref := []*refBucket{{rate: own.Rate, burst: own.Burst}, {rate: group.Rate, burst: group.Burst}}
 	for _, l := range limits {
 		r := l.Resolve()
-		ref = append(ref, &refBucket{rate: r.Rate, burst: r.Burst})
+		ref = append(ref, &refBucket{rate: r.Rate, burst: r.Burst, every: r.Window.Every})
 	}
 	for _, b := range ref {
 		b.tokens, b.last = b.burst, clk.Now()
@@ -208,7 +246,7 @@ func checkAgainstReference(t *testing.T, seed uint64, refused map[Reason]int) {
 		for i, b := range charged {
 			if tok := b.at(now); tok < cost {
 				allowed = false
-				if w := time.Duration(math.Ceil((cost - tok) / b.rate * 1e9)); worst < 0 || w > wait {
+				if w := b.wait(now, cost); worst < 0 || w > wait {
 					worst, wait = i, w
 				}
 			}
@@ -233,9 +271,8 @@ func checkAgainstReference(t *testing.T, seed uint64, refused map[Reason]int) {
 			refused[d.Reason]++
 		}
 		for i, b := range charged {
-			tok := b.at(now)
 			if allowed {
-				b.tokens, b.last = tok-cost, now
+				b.take(now, cost)
 			}
 			if got, want := d.Quotas[i].Remaining, b.at(now); math.Abs(got-want) > 1e-9 {
 				t.Fatalf("step %d %s: bucket %s holds %v, reference %v", step, path, d.Quotas[i].Name, got, want)
@@ -257,7 +294,7 @@ func TestLimitsConfigErrors(t *testing.T) {
 	}{
 		{"cost above a limit's burst", func(c *Config) { c.Routes[1].Cost = 30 }, testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) {
 			tc.Burst = 40
-			tc.Limits = []tenant.LimitConfig{{Name: "minute", Burst: 20, Per: time.Minute}}
+			tc.Limits = []tenant.LimitConfig{{Name: "minute", Burst: 20, Per: tenant.Per(time.Minute)}}
 		})), Options{}, "routes[1].cost: 30 is above tenant initech's limits.minute.burst (20)"},
 		{"a store that takes one bucket at a time", func(*Config) {}, daily, Options{Store: &scriptedStore{}}, "tiers.starter.limits: the store (*admission.scriptedStore) cannot take several buckets at once"},
 		{"shadow on a route without a tenant", func(c *Config) {

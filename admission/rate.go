@@ -217,9 +217,17 @@ func (g *Gate) takeAll(ctx context.Context, c *compiled, ms ratelimit.MultiStore
 		n++
 	}
 	firstLimit := n
-	scopes := c.limitScopes[t]
+	scopes, windows := c.limitScopes[t], c.limitWindows[t]
+	var now time.Time
 	for i, l := range t.Limits {
-		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: scopes[i]}, Limit: ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}, Cost: r.Cost, Mode: storeMode(l.Mode)}
+		lim := ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}
+		if windows != nil && !windows[i].IsZero() {
+			if now.IsZero() {
+				now = g.now()
+			}
+			lim = windows[i].Limit(l.Burst, now)
+		}
+		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: scopes[i]}, Limit: lim, Cost: r.Cost, Mode: storeMode(l.Mode)}
 		n++
 	}
 	var start time.Time

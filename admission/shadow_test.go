@@ -64,7 +64,7 @@ func shadowTraffic(seed uint64, n int) []shadowStep {
 // "reject"), and the log has at most a line per tenant per ten seconds.
 func TestShadowRejectsWhatEnforcementRejects(t *testing.T) {
 	base := withStarter(testTenants(20), func(tc *tenant.TierConfig) {
-		tc.Limits = []tenant.LimitConfig{{Name: "hourly", Burst: 1500, Per: time.Hour}}
+		tc.Limits = []tenant.LimitConfig{{Name: "hourly", Burst: 1500, Per: tenant.Per(time.Hour)}}
 	})
 	cfg := testConfig()
 	for _, tc := range []struct {

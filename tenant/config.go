@@ -85,8 +85,21 @@ type LimitConfig struct {
 	// both.
 	Rate float64 `yaml:"rate"`
 	// Per is the time the bucket takes to refill from empty: the rate is
-	// Burst/Per. At least a millisecond, at most MaxRefill seconds.
-	Per time.Duration `yaml:"per"`
+	// Burst/Per. At least a millisecond, at most MaxRefill seconds. A
+	// duration (24h) or a calendar unit (second, minute, hour, day, week,
+	// month, year: as a bucket's, a day is 24 hours, a month 30 days, a
+	// year 365).
+	Per Period `yaml:"per"`
+	// Window is "bucket" (the default: a token bucket) or "fixed": Burst
+	// requests per window, all back when it ends. A fixed window of a
+	// unit starts at the unit's start in TimeZone (a day at midnight,
+	// a week on Monday, a month on its first day); of a duration, at each
+	// multiple of it since the Unix epoch (per: 1h is each whole hour of
+	// UTC). Needs Per.
+	Window string `yaml:"window"`
+	// TimeZone is the IANA time zone (Europe/Berlin) a fixed window's
+	// unit is counted in; UTC when empty.
+	TimeZone string `yaml:"time_zone"`
 	// Mode is how this bucket uses a shared store, as TierConfig.Mode:
 	// a daily quota may stay exact while a per-second burst limit syncs.
 	// Empty means the store's mode (not the tier's).
@@ -111,20 +124,28 @@ func (m Mode) valid() bool { return m == ModeStore || m == ModeExact || m == Mod
 // MaxLimits is the most buckets a tier's or a tenant's limits may list.
 const MaxLimits = 4
 
-// Limit is a LimitConfig resolved: a named quota, and its mode.
+// Limit is a LimitConfig resolved: a named quota, its mode, and its fixed
+// window (zero for a token bucket, whose Rate is then its refill; a
+// window's Rate is the nominal Burst/Per).
 type Limit struct {
 	Name string
 	Quota
-	Mode Mode
+	Mode   Mode
+	Window Window
 }
 
-// Resolve returns l as a Limit: its Per turned into a rate.
+// Resolve returns l as a Limit: its Per turned into a rate, its window
+// resolved.
 func (l LimitConfig) Resolve() Limit {
 	q := Quota{Rate: l.Rate, Burst: l.Burst}
-	if l.Per > 0 {
-		q.Rate = l.Burst / l.Per.Seconds()
+	if per := l.Per.Length(); per > 0 {
+		q.Rate = l.Burst / per.Seconds()
 	}
-	return Limit{Name: l.Name, Quota: q, Mode: l.Mode}
+	out := Limit{Name: l.Name, Quota: q, Mode: l.Mode}
+	if l.Window == WindowFixed {
+		out.Window = Window{Unit: l.Per.Unit, Every: l.Per.D, TimeZone: l.TimeZone}
+	}
+	return out
 }
 
 // validateLimits checks a tier's or a tenant's limits, each named by its
@@ -151,20 +172,24 @@ func validateLimits(path string, ls []LimitConfig, groups map[string]Quota) erro
 		if !l.Mode.valid() {
 			errs = append(errs, fmt.Errorf("%s.mode: must be exact or sync (or absent: the store's mode), got %q", f, clip(string(l.Mode))))
 		}
+		per := l.Per.Length()
 		switch {
-		case l.Rate != 0 && l.Per != 0:
+		case l.Per.word != "":
+			errs = append(errs, fmt.Errorf("%s.per: must be a duration (24h) or one of second, minute, hour, day, week, month, year; got %q", f, clip(l.Per.word)))
+		case l.Rate != 0 && !l.Per.IsZero():
 			errs = append(errs, fmt.Errorf("%s: set rate or per, not both", f))
-		case l.Per == 0:
+		case l.Per.IsZero():
 			if err := l.Resolve().Quota.Validate(f); err != nil {
 				errs = append(errs, err)
 			}
-		case l.Per < time.Millisecond || l.Per.Seconds() > MaxRefill:
+		case per < time.Millisecond || per.Seconds() > MaxRefill:
 			errs = append(errs, fmt.Errorf("%s.per: must be at least 1ms and at most %g s, got %v", f, float64(MaxRefill), l.Per))
 		case !(l.Burst >= 1) || l.Burst > MaxBurst:
 			errs = append(errs, fmt.Errorf("%s.burst: must be >= 1 and at most %g (tokens), got %v", f, float64(MaxBurst), l.Burst))
-		case l.Burst/l.Per.Seconds() > MaxRate:
-			errs = append(errs, fmt.Errorf("%s.per: burst/per is %g tokens a second; at most %g", f, l.Burst/l.Per.Seconds(), float64(MaxRate)))
+		case l.Burst/per.Seconds() > MaxRate:
+			errs = append(errs, fmt.Errorf("%s.per: burst/per is %g tokens a second; at most %g", f, l.Burst/per.Seconds(), float64(MaxRate)))
 		}
+		errs = append(errs, validateWindow(f, l)...)
 	}
 	return errors.Join(errs...)
 }

@@ -55,23 +55,25 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"weight", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Weight: -2} }, "tiers.pro.weight: must be in (0, 1000000]"},
 		{"tenant weight", func(c *Config) { c.Tenants[0].Weight = &neg }, "tenants[0] (globex).weight: must be in (0, 1000000]"},
 		{"reserve", func(c *Config) { p := -5; c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, CriticalReservePercent: &p} }, "tiers.pro.critical_reserve_percent: must be in [0, 1000]"},
-		{"limit rate and per", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Rate: 1, Per: time.Hour}) }, "tiers.pro.limits[0]: set rate or per, not both"},
+		{"limit rate and per", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Rate: 1, Per: Per(time.Hour)}) }, "tiers.pro.limits[0]: set rate or per, not both"},
 		{"limit without refill", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10}) }, "tiers.pro.limits[0].rate: must be > 0"},
-		{"limit per", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: time.Microsecond}) }, "tiers.pro.limits[0].per: must be at least 1ms"},
-		{"limit burst", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 0.5, Per: time.Hour}) }, "tiers.pro.limits[0].burst: must be >= 1"},
-		{"limit name", func(c *Config) { proLimits(c, LimitConfig{Name: "da ily", Burst: 10, Per: time.Hour}) }, "tiers.pro.limits[0].name: must be 1-64 letters"},
-		{"limit named tenant", func(c *Config) { proLimits(c, LimitConfig{Name: "tenant", Burst: 10, Per: time.Hour}) }, `tiers.pro.limits[0].name: "tenant" already names`},
+		{"limit per", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: Per(time.Microsecond)}) }, "tiers.pro.limits[0].per: must be at least 1ms"},
+		{"limit burst", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 0.5, Per: Per(time.Hour)}) }, "tiers.pro.limits[0].burst: must be >= 1"},
+		{"limit name", func(c *Config) { proLimits(c, LimitConfig{Name: "da ily", Burst: 10, Per: Per(time.Hour)}) }, "tiers.pro.limits[0].name: must be 1-64 letters"},
+		{"limit named tenant", func(c *Config) { proLimits(c, LimitConfig{Name: "tenant", Burst: 10, Per: Per(time.Hour)}) }, `tiers.pro.limits[0].name: "tenant" already names`},
 		{"limit named like a group", func(c *Config) {
 			c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 10, Groups: map[string]Quota{"exports": {Rate: 1, Burst: 5}},
-				Limits: []LimitConfig{{Name: "exports", Burst: 10, Per: time.Hour}}}
+				Limits: []LimitConfig{{Name: "exports", Burst: 10, Per: Per(time.Hour)}}}
 		}, `tiers.pro.limits[0].name: "exports" already names`},
 		{"duplicate limit", func(c *Config) {
-			proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: time.Hour}, LimitConfig{Name: "daily", Burst: 5, Rate: 1})
+			proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: Per(time.Hour)}, LimitConfig{Name: "daily", Burst: 5, Rate: 1})
 		}, `tiers.pro.limits[1].name: duplicate limit "daily": also tiers.pro.limits[0]`},
 		{"too many limits", func(c *Config) { proLimits(c, make([]LimitConfig, MaxLimits+1)...) }, "tiers.pro.limits: 5 limits; at most 4"},
 		{"tier mode", func(c *Config) { c.Tiers["pro"] = TierConfig{Rate: 1, Burst: 1, Mode: "fast"} }, `tiers.pro.mode: must be exact or sync (or absent: the store's mode), got "fast"`},
-		{"limit mode", func(c *Config) { proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: time.Hour, Mode: "Sync"}) }, `tiers.pro.limits[0].mode: must be exact or sync`},
-		{"tenant limit", func(c *Config) { c.Tenants[0].Limits = []LimitConfig{{Name: "daily", Burst: 10, Per: -time.Hour}} }, "tenants[0] (globex).limits[0].per: must be at least 1ms"},
+		{"limit mode", func(c *Config) {
+			proLimits(c, LimitConfig{Name: "daily", Burst: 10, Per: Per(time.Hour), Mode: "Sync"})
+		}, `tiers.pro.limits[0].mode: must be exact or sync`},
+		{"tenant limit", func(c *Config) { c.Tenants[0].Limits = []LimitConfig{{Name: "daily", Burst: 10, Per: Per(-time.Hour)}} }, "tenants[0] (globex).limits[0].per: must be at least 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,7 +103,7 @@ func proLimits(c *Config, ls ...LimitConfig) {
 // and each limit keeps its own store mode.
 func TestLimitsAndShadowResolved(t *testing.T) {
 	c := validConfig()
-	proLimits(&c, LimitConfig{Name: "daily", Burst: 86400, Per: 24 * time.Hour, Mode: ModeExact}, LimitConfig{Name: "per-second", Burst: 100, Rate: 20, Mode: ModeSync})
+	proLimits(&c, LimitConfig{Name: "daily", Burst: 86400, Per: Per(24 * time.Hour), Mode: ModeExact}, LimitConfig{Name: "per-second", Burst: 100, Rate: 20, Mode: ModeSync})
 	tc := c.Tiers["pro"]
 	tc.Shadow, tc.Mode = true, ModeSync
 	c.Tiers["pro"] = tc
@@ -274,7 +276,7 @@ func TestTierDefaults(t *testing.T) {
 	c := validConfig()
 	fifty, eight := 50, 8
 	c.Tiers["pro"] = TierConfig{Rate: 20, Burst: 100, MaxConcurrent: 4, Rank: 1, CriticalReservePercent: &fifty,
-		Limits: []LimitConfig{{Name: "daily", Burst: 86400, Per: 24 * time.Hour}}}
+		Limits: []LimitConfig{{Name: "daily", Burst: 86400, Per: Per(24 * time.Hour)}}}
 	c.Tenants = append(c.Tenants, TenantConfig{ID: "acme", Tier: "pro", APIKeysSHA256: []string{HashKey("k3")}, MaxConcurrent: &eight})
 	r, err := NewRegistry(c)
 	if err != nil {

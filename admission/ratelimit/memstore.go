@@ -221,7 +221,20 @@ func (s *MemoryStore) takeAt(now int64, clock bool, k BucketKey, l Limit, cost f
 	if s.sweepDueLocked(sh, now) {
 		e = sh.getLocked(h, k) // it may have been swept
 	}
-	r := sh.entryFor(h, e, k, l, now).take(l, now, s.wall(now), cost)
+	if e == nil || e.fixed != l.Fixed() {
+		e = sh.entryFor(h, e, k, l, now)
+	}
+	var r Result
+	switch {
+	case e.fixed:
+		r = e.take(l, now, s.wall(now), cost)
+	default: // a bucket, most takes: inline
+		if e.b, r = e.b.take(l, now, cost); r.Allowed {
+			e.fullAt = max(e.fullAt, e.b.fullAfter(r))
+		} else {
+			e.fullAt = max(e.fullAt, e.b.fullAt(l))
+		}
+	}
 	sh.mu.Unlock()
 	return r
 }

@@ -367,10 +367,19 @@ func concurrency(cap, reserve int) string {
 // limit describes one of a tier's limits as the file sets it.
 func limit(l tenant.LimitConfig, cfg gateway.Config) string {
 	s := fmt.Sprintf("limit %s: rate %s, burst %s", l.Name, num(l.Rate), num(l.Burst))
-	if l.Per > 0 {
-		s = fmt.Sprintf("limit %s: burst %s per %s", l.Name, num(l.Burst), duration(l.Per))
+	switch {
+	case l.Window == tenant.WindowFixed:
+		s = fmt.Sprintf("limit %s: %s per window, %s", l.Name, num(l.Burst), l.Resolve().Window)
+	case l.Per.Unit != 0:
+		s = fmt.Sprintf("limit %s: burst %s per %s (%s)", l.Name, num(l.Burst), l.Per, duration(l.Per.Length()))
+	case !l.Per.IsZero():
+		s = fmt.Sprintf("limit %s: burst %s per %s", l.Name, num(l.Burst), duration(l.Per.D))
 	}
-	if cfg.Redis != nil {
+	switch {
+	case cfg.Redis == nil:
+	case l.Window == tenant.WindowFixed:
+		s += " (exact: a window always is)"
+	default:
 		s += " (" + mode(l.Mode, cfg) + ")"
 	}
 	return s

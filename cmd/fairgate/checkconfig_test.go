@@ -127,14 +127,14 @@ func TestCheckConfigShowsSeatsAndTiers(t *testing.T) {
 
 // TestCheckConfigSeatsFixedTotal: without adaptive, bulkhead.total is
 // divided; 10 seats at 1:1:1 are 4, 3, 3 (the tie of remainders goes by
-// name). Limits, groups, per-tenant overrides and the per-instance cap on
+// name). Limits (a fixed window too), groups, per-tenant overrides and the per-instance cap on
 // Redis are shown where the file sets them.
 func TestCheckConfigSeatsFixedTotal(t *testing.T) {
 	doc := edit(t,
 		"  total: 16\n", "  total: 10\n",
 		"share: 50,", "share: 1,", "share: 30,", "share: 1,", "share: 20,", "share: 1,",
 		"adaptive:\n  min: 4\n  max: 32\n  initial: 16\n  max_latency: 1500ms\n", "",
-		"    # limits: [{name: daily, burst: 100000, per: 24h}]\n", "    limits: [{name: daily, burst: 100000, per: 24h}]\n    groups: {exports: {rate: 1, burst: 40}}\n",
+		"    # limits: [{name: daily, burst: 100000, per: 24h}]\n", "    limits: [{name: daily, burst: 100000, per: 24h}, {name: monthly, burst: 1000000, per: month, window: fixed, time_zone: Europe/Berlin}]\n    groups: {exports: {rate: 1, burst: 40}}\n",
 		"    tier: pro\n", "    tier: pro\n    rate: 40\n    exempt: true\n",
 		"    path: /api/v1/reports/export\n", "    path: /api/v1/reports/export\n    group: exports\n",
 	) + "redis:\n  addrs: [127.0.0.1:6379]\n  mode: sync\n"
@@ -151,6 +151,7 @@ func TestCheckConfigSeatsFixedTotal(t *testing.T) {
 	wantAll(t, out,
 		"10 seats to start (bulkhead.total)",
 		"limit daily: burst 100000 per 24h (sync (redis.mode))",
+		"limit monthly: 1000000 per window, fixed windows of a calendar month in Europe/Berlin (exact: a window always is)",
 		"group exports: rate 1, burst 40",
 		"globex (pro): rate 40, exempt",
 		"max_concurrent is kept per instance",

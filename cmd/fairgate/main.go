@@ -26,6 +26,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // fixed windows' time zones, on a machine or image without a zone database
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
