@@ -41,7 +41,7 @@ type denyShard struct {
 // denyKey names a take, or a TakeAll by its first take and the others
 // encoded in rest. It includes the limits, so a reload that changes a
 // tenant's quota never finds a denial decided under the old one: the next
-// take asks Redis.
+// take asks Redis. So does a fixed window's next window (another End).
 type denyKey struct {
 	k    ratelimit.BucketKey
 	l    ratelimit.Limit
@@ -198,13 +198,18 @@ func denialOf(takes []ratelimit.Take, res []ratelimit.Result, t int64) denyEntry
 // the bucket is sure to lack cost: r's RetryAfter for a denial (zero for a
 // bucket that had room in a refused TakeAll), the refill of what r left
 // short of cost for an admission (nothing for one that did not read the
-// bucket).
+// bucket), or for a fixed window the time until its end, when it comes
+// back whole (r's ResetAfter). A window's denial is keyed by its end, so
+// it never refuses a take of the next window.
 func denialAfter(l ratelimit.Limit, cost float64, r ratelimit.Result) time.Duration {
 	if !r.Allowed {
 		return r.RetryAfter
 	}
 	if r.StateUnknown || r.Remaining >= cost {
 		return 0
+	}
+	if l.Fixed() {
+		return r.ResetAfter
 	}
 	return secondsToDuration((cost - r.Remaining) / l.Rate)
 }

@@ -10,6 +10,12 @@
 // from the tenant, so a tenant's buckets share one cluster slot whatever
 // bytes its ID holds, and every key expires when its bucket is full again.
 //
+// A fixed window (ratelimit.Limit.End set) is decided by window.lua in the
+// same single call as the request's buckets, always exactly on Redis,
+// whatever the mode; its state is kept under its bucket key and ":w", so
+// the scripts that read buckets never see it, and expires at the window's
+// end.
+//
 // Redis trouble never becomes a latency outage: each round trip has a
 // deadline (Config.Timeout, 5ms by default, counted from the instant it is
 // sent; a reply later than that still decides but counts as slow, and none

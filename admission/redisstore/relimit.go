@@ -35,7 +35,9 @@ const relimitPipeline = 512
 // the breaker: one script call per tenant (its keys share a slot),
 // pipelined. Under the Local policy it also relimits this instance's
 // embedded buckets. Sync mode needs nothing more: its local views are
-// keyed by limit and refresh from Redis when it changes.
+// keyed by limit and refresh from Redis when it changes. Nor do fixed
+// windows, which are skipped: a window's key expires at its end, which no
+// limit moves.
 func (s *Store) Relimit(ctx context.Context, limits map[ratelimit.BucketKey]ratelimit.Limit) error {
 	if len(limits) == 0 {
 		return nil
@@ -46,6 +48,9 @@ func (s *Store) Relimit(ctx context.Context, limits map[ratelimit.BucketKey]rate
 	calls, err := relimitCalls(limits)
 	if err != nil {
 		return err
+	}
+	if len(calls) == 0 {
+		return nil // windows only: their keys need nothing
 	}
 	if s.local != nil {
 		s.local.Relimit(func(k ratelimit.BucketKey) (ratelimit.Limit, bool) {
@@ -74,19 +79,25 @@ type relimitCall struct {
 }
 
 // relimitCalls groups limits by tenant, one call each, in a stable order.
-// A limit that is not positive and finite is ErrInvalidTake.
+// A limit that is not positive and finite is ErrInvalidTake. Fixed
+// windows are left out: a window's key expires at the window's end, which
+// no limit moves, and relimit.lua reads buckets.
 func relimitCalls(limits map[ratelimit.BucketKey]ratelimit.Limit) ([]relimitCall, error) {
 	keys := slices.SortedFunc(maps.Keys(limits), func(a, b ratelimit.BucketKey) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Scope, b.Scope))
 	})
 	var calls []relimitCall
-	for i, k := range keys {
+	tenant := ""
+	for _, k := range keys {
 		l := limits[k]
 		if !validTake(l, 1) {
-			return nil, fmt.Errorf("%w: %v: rate %v, burst %v", ErrInvalidTake, k, l.Rate, l.Burst)
+			return nil, fmt.Errorf("%w: %v: rate %v, burst %v, end %v", ErrInvalidTake, k, l.Rate, l.Burst, l.End)
 		}
-		if i == 0 || k.Tenant != keys[i-1].Tenant {
-			calls = append(calls, relimitCall{})
+		if l.Fixed() {
+			continue
+		}
+		if len(calls) == 0 || k.Tenant != tenant {
+			calls, tenant = append(calls, relimitCall{}), k.Tenant
 		}
 		c := &calls[len(calls)-1]
 		c.keys = append(c.keys, bucketKey(k))

@@ -58,8 +58,16 @@ const maxPlainScope = 64
 // two forms cannot collide, and no scope can make a key long.
 func bucketKey(k ratelimit.BucketKey) string {
 	// One allocation: the key is built in a buffer on the stack.
-	var buf [len(keyPrefix) + 32 + 2 + 1 + maxPlainScope]byte
-	b := append(buf[:0], keyPrefix...)
+	var buf [maxKey]byte
+	return string(appendKey(buf[:0], k))
+}
+
+// maxKey is the length of the longest key bucketKey returns.
+const maxKey = len(keyPrefix) + 32 + 2 + 1 + maxPlainScope
+
+// appendKey appends bucketKey(k) to b.
+func appendKey(b []byte, k ratelimit.BucketKey) []byte {
+	b = append(b, keyPrefix...)
 	if k.Tenant == "" {
 		b = append(b, globalTag...)
 	} else {
@@ -67,11 +75,9 @@ func bucketKey(k ratelimit.BucketKey) string {
 	}
 	b = append(b, "}:"...)
 	if plainScope(k.Scope) {
-		b = append(b, k.Scope...)
-	} else {
-		b = appendHash128(append(b, '#'), k.Scope)
+		return append(b, k.Scope...)
 	}
-	return string(b)
+	return appendHash128(append(b, '#'), k.Scope)
 }
 
 // appendHash128 appends the first 128 bits of SHA-256(s) in hex to b.
@@ -96,10 +102,11 @@ func plainScope(s string) bool {
 	return true
 }
 
-// decodeTake checks the shape of take.lua's reply to takes, {0|1, a
-// little-endian double per take, µs}, and derives each take's Result from its bucket's
-// tokens exactly as the embedded store's bucket arithmetic does. It
-// returns the Redis clock the script read (µs).
+// decodeTake checks the shape of take.lua's (or window.lua's) reply to
+// takes, {0|1, a little-endian double per take (two for a window), µs},
+// and derives each take's Result from its bucket's tokens (or its
+// window's) exactly as the embedded store's arithmetic does. It returns
+// the Redis clock the script read (µs).
 func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, error) {
 	n := len(takes)
 	a, ok := v.([]any)
@@ -115,6 +122,14 @@ func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, e
 		return 0, fmt.Errorf("%w: now = %T, want an integer", errBadReply, a[n+1])
 	}
 	for i, t := range takes {
+		if t.Limit.Fixed() {
+			r, err := decodeWindow(a[i+1], t.Cost, allowed == 1, now)
+			if err != nil {
+				return 0, err
+			}
+			res[i] = r
+			continue
+		}
 		tokens, err := decodeDouble(a[i+1])
 		if err != nil {
 			return 0, err
@@ -132,15 +147,25 @@ func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, e
 
 // decodeDouble decodes a script's struct.pack '<d' number.
 func decodeDouble(v any) (float64, error) {
+	var f [1]float64
+	err := decodeDoubles(v, f[:])
+	return f[0], err
+}
+
+// decodeDoubles decodes a script's struct.pack of len(dst) '<d' numbers
+// into dst.
+func decodeDoubles(v any, dst []float64) error {
 	s, ok := v.(string)
-	if !ok || len(s) != 8 {
-		return 0, fmt.Errorf("%w: tokens = %T %q, want 8 bytes", errBadReply, v, v)
+	if !ok || len(s) != 8*len(dst) {
+		return fmt.Errorf("%w: tokens = %T %q, want %d bytes", errBadReply, v, v, 8*len(dst))
 	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s)))
-	if math.IsNaN(f) {
-		return 0, fmt.Errorf("%w: tokens = NaN", errBadReply)
+	for i := range dst {
+		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
+		if math.IsNaN(dst[i]) {
+			return fmt.Errorf("%w: tokens = NaN", errBadReply)
+		}
 	}
-	return f, nil
+	return nil
 }
 
 // secondsToDuration rounds s seconds up to a Duration, as admission does,
@@ -152,8 +177,9 @@ func secondsToDuration(s float64) time.Duration {
 	return time.Duration(math.Ceil(s * 1e9))
 }
 
-// validTake reports whether l and cost are positive finite numbers.
+// validTake reports whether l and cost are positive finite numbers, and
+// l's End, when set (a fixed window), an instant after the epoch.
 func validTake(l ratelimit.Limit, cost float64) bool {
 	ok := func(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
-	return ok(l.Rate) && ok(l.Burst) && ok(cost)
+	return ok(l.Rate) && ok(l.Burst) && ok(cost) && l.End >= 0
 }

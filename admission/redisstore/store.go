@@ -115,6 +115,7 @@ func New(client redis.UniversalClient, cfg Config, o Options) (*Store, error) {
 	// being down at start is not an error: the failure policy covers it.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	_ = takeScript.Load(ctx, client).Err()
+	_ = windowScript.Load(ctx, client).Err()
 	if s.cluster != nil {
 		_ = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			s.laneOf(c.Options().Addr)
@@ -316,14 +317,16 @@ func (e *sharedFailure) Error() string { return e.err.Error() }
 func (e *sharedFailure) Unwrap() error { return e.err }
 
 // localShare is one instance's share of l under the Local policy: rate and
-// burst divided by n, but the burst never below the cost when l's own burst
-// admits it, so a request the shared bucket could admit is never refused
-// forever by every instance.
+// burst divided by n (a window's burst per window, its end kept), but the
+// burst never below the cost when l's own burst admits it, so a request
+// the shared bucket could admit is never refused forever by every
+// instance.
 func localShare(l ratelimit.Limit, cost float64, n int) ratelimit.Limit {
 	if n <= 1 {
 		return l
 	}
-	share := ratelimit.Limit{Rate: l.Rate / float64(n), Burst: l.Burst / float64(n)}
+	share := l
+	share.Rate, share.Burst = l.Rate/float64(n), l.Burst/float64(n)
 	if share.Burst < cost && cost <= l.Burst {
 		share.Burst = cost
 	}

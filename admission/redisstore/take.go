@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairgate/fairgate/admission/ratelimit"
 )
 
@@ -76,8 +78,12 @@ func (s *Store) decide(ctx context.Context, takes []ratelimit.Take, res []rateli
 }
 
 // synced reports whether t's bucket is decided in sync mode: its own
-// mode, or else the store's.
+// mode, or else the store's. A fixed window never is: sync's shares and
+// debt are a bucket's arithmetic, so it is decided exactly on Redis.
 func (s *Store) synced(t ratelimit.Take) bool {
+	if t.Limit.Fixed() {
+		return false
+	}
 	switch t.Mode {
 	case ratelimit.ModeExact:
 		return false
@@ -194,14 +200,15 @@ func (s *Store) decideExact(ctx context.Context, takes []ratelimit.Take, res []r
 }
 
 // checkTakes rejects an empty TakeAll, a limit or cost that is not a
-// positive finite number, takes of several tenants, and a bucket twice.
+// positive finite number, a window's end before the epoch, takes of
+// several tenants, and a bucket twice.
 func checkTakes(takes []ratelimit.Take) error {
 	if len(takes) == 0 {
 		return fmt.Errorf("%w: no take", ErrInvalidTake)
 	}
 	for _, t := range takes {
 		if !validTake(t.Limit, t.Cost) {
-			return fmt.Errorf("%w: rate %v, burst %v, cost %v", ErrInvalidTake, t.Limit.Rate, t.Limit.Burst, t.Cost)
+			return fmt.Errorf("%w: rate %v, burst %v, end %v, cost %v", ErrInvalidTake, t.Limit.Rate, t.Limit.Burst, t.Limit.End, t.Cost)
 		}
 		if t.Key.Tenant != takes[0].Key.Tenant {
 			return fmt.Errorf("%w: one TakeAll takes from one tenant's buckets (one hash slot)", ErrInvalidTake)
@@ -213,20 +220,32 @@ func checkTakes(takes []ratelimit.Take) error {
 	return nil
 }
 
-// evalTakes runs the take script on takes and writes the results into
-// res. It returns the Redis clock the script read (µs).
+// evalTakes runs the take script on takes (window.lua when one is a
+// fixed window's) and writes the results into res. It returns the Redis
+// clock the script read (µs).
 func (s *Store) evalTakes(ctx context.Context, takes []ratelimit.Take, res []ratelimit.Result) (int64, error) {
+	script, keys, args := takeCall(takes)
+	v, err := s.run(ctx, s.laneFor(ctx, keys[0]), script, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	return decodeTake(v, takes, res)
+}
+
+// takeCall returns the script that decides takes, its keys and its
+// arguments.
+func takeCall(takes []ratelimit.Take) (*redis.Script, []string, []any) {
+	if hasWindow(takes) {
+		keys, args := windowCall(takes)
+		return windowScript, keys, args
+	}
 	keys := make([]string, len(takes))
 	args := make([]any, 0, 3*len(takes))
 	for i, t := range takes {
 		keys[i] = bucketKey(t.Key)
 		args = append(args, t.Limit.Rate, t.Limit.Burst, t.Cost)
 	}
-	v, err := s.run(ctx, s.laneFor(ctx, keys[0]), takeScript, keys, args...)
-	if err != nil {
-		return 0, err
-	}
-	return decodeTake(v, takes, res)
+	return takeScript, keys, args
 }
 
 // denied consults the denial cache for dk: a denial that holds (denyHit,
@@ -273,6 +292,9 @@ func denyKeyOf(takes []ratelimit.Take) denyKey {
 		for _, f := range []float64{t.Limit.Rate, t.Limit.Burst, t.Cost} {
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 		}
+		// A window's end too: a denial in one window says nothing of
+		// the next.
+		b = binary.LittleEndian.AppendUint64(b, uint64(t.Limit.End))
 	}
 	dk.rest = string(b)
 	return dk

@@ -20,7 +20,6 @@ func TestTakeAllMatchesReference(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newTestStore(t, []string{srv.Addr()}, func(c *Config) { c.Batch.Disabled = true; c.Timeout = time.Second }, Options{})
 	ref := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{SweepInterval: time.Hour})
-	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(13, 14))
 	scopes := []string{"", "export", "burst", "daily"}
 	limits := []ratelimit.Limit{{Rate: 2000, Burst: 10}, {Rate: 40, Burst: 3}, {Rate: 333.3, Burst: 7.5}, {Rate: 0.5, Burst: 6}}
@@ -31,27 +30,36 @@ func TestTakeAllMatchesReference(t *testing.T) {
 			takes = append(takes, ratelimit.Take{Key: ratelimit.BucketKey{Tenant: "multi", Scope: scopes[i]},
 				Limit: limits[i], Cost: []float64{0.5, 1, 2.5}[rng.IntN(3)]})
 		}
-		got := make([]ratelimit.Result, len(takes))
-		nowUS, err := s.evalTakes(ctx, takes, got)
-		if err != nil {
-			t.Fatalf("step %d: %v", step, err)
-		}
-		want := make([]ratelimit.Result, len(takes))
-		if err := ref.TakeAllAt(nowUS*1000, takes, want); err != nil {
-			t.Fatal(err)
-		}
-		for i := range takes {
-			if got[i] != want[i] {
-				t.Fatalf("step %d take %d (%+v) of %d at %dµs:\n got %+v\nwant %+v", step, i, takes[i], len(takes), nowUS, got[i], want[i])
-			}
-		}
-		if !got[0].Allowed {
+		if got := matchReference(t, s, ref, step, takes); !got[0].Allowed {
 			refused++
 		}
 	}
 	if refused == 0 {
 		t.Error("no TakeAll was refused; the sequence tests nothing")
 	}
+}
+
+// matchReference decides takes, step step of a sequence, through the
+// script and, at the instant the script read from Redis's clock, through
+// ref's TakeAllAt, and fails t unless every result is identical. It
+// returns the script's.
+func matchReference(t *testing.T, s *Store, ref *ratelimit.MemoryStore, step int, takes []ratelimit.Take) []ratelimit.Result {
+	t.Helper()
+	got := make([]ratelimit.Result, len(takes))
+	nowUS, err := s.evalTakes(context.Background(), takes, got)
+	if err != nil {
+		t.Fatalf("step %d: %v", step, err)
+	}
+	want := make([]ratelimit.Result, len(takes))
+	if err := ref.TakeAllAt(nowUS*1000, takes, want); err != nil {
+		t.Fatal(err)
+	}
+	for i := range takes {
+		if got[i] != want[i] {
+			t.Fatalf("step %d take %d (%+v) of %d at %dµs:\n got %+v\nwant %+v", step, i, takes[i], len(takes), nowUS, got[i], want[i])
+		}
+	}
+	return got
 }
 
 // TestTakeAllOneCall: a grouped request is one script call whatever the
