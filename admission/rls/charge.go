@@ -28,7 +28,7 @@ func (s *Service) shadowed(v *verdict) bool { return v.shadow || s.shadow }
 func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) error {
 	if len(pending) == 1 { // the common call: one Take, nothing to gather
 		v := &vs[pending[0]]
-		r, err := s.store.Take(ctx, v.rule.bucketKey(tag, req.Descriptors[pending[0]].GetEntries()), v.rule.limit, v.cost)
+		r, err := s.store.Take(ctx, v.key(tag, req.Descriptors[pending[0]].GetEntries()), v.limit, v.cost)
 		if err != nil {
 			return storeError(ctx, err)
 		}
@@ -43,8 +43,9 @@ func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag s
 	softOver := false // a descriptor in its own shadow mode or a quota over its limit
 	for j, i := range pending {
 		v := &vs[i]
+		t := &takes[of[j]]
 		v.res = res[of[j]]
-		v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(takes) == 1)
+		v.over = lacked(v.res, t.Limit, t.Cost, len(takes))
 		softOver = softOver || v.over && (v.shadow || v.rule.quotaMode)
 	}
 	if !softOver || s.refused(vs, true) {
@@ -80,8 +81,9 @@ func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag s
 	}
 	for j, i := range pending {
 		if v := &vs[i]; !v.shadow && at[of[j]] >= 0 {
+			t := &enforced[at[of[j]]]
 			v.res = res[at[of[j]]]
-			v.over = !v.res.Allowed && (v.res.RetryAfter > 0 || len(enforced) == 1)
+			v.over = lacked(v.res, t.Limit, t.Cost, len(enforced))
 		}
 	}
 	return nil
@@ -128,7 +130,7 @@ func gather(req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int
 	of = make([]int, len(pending))
 	var index map[ratelimit.BucketKey]int // nil while the takes are few
 	for j, i := range pending {
-		k := vs[i].rule.bucketKey(tag, req.Descriptors[i].GetEntries())
+		k := vs[i].key(tag, req.Descriptors[i].GetEntries())
 		t, found := -1, false
 		if index != nil {
 			t, found = index[k]
@@ -146,7 +148,7 @@ func gather(req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int
 			continue
 		}
 		of[j] = len(takes)
-		takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].rule.limit, Cost: vs[i].cost})
+		takes = append(takes, ratelimit.Take{Key: k, Limit: vs[i].limit, Cost: vs[i].cost})
 		switch {
 		case index != nil:
 			index[k] = of[j]

@@ -22,12 +22,14 @@ var _ tokenReader = (*ratelimit.MemoryStore)(nil)
 // check decides the checks at idx: descriptors whose own hits_addend is 0,
 // which envoyproxy/ratelimit counts as no hit, so they ask whether the
 // limit is reached and charge nothing. A check is over its limit when its
-// bucket holds less than one token (a request of one would be refused);
-// whether it then refuses the request is the refusal rule's (refused). On
-// a store that cannot read a bucket without charging it (the Redis
-// store), a check is admitted with its state unknown, as a failure policy
-// that admits would be: it never refuses, and tells no state.
-func (s *Service) check(req *rlsv3.RateLimitRequest, tag string, vs []verdict, idx []int) {
+// bucket (or window) holds less than one token (a request of one would
+// be refused); whether it then refuses the request is the refusal rule's
+// (refused). A window's tokens come back at its end, which is its reset
+// and, when over, its wait; now is the call's instant, which chose the
+// window. On a store that cannot read a bucket without charging it (the
+// Redis store), a check is admitted with its state unknown, as a failure
+// policy that admits would be: it never refuses, and tells no state.
+func (s *Service) check(req *rlsv3.RateLimitRequest, tag string, vs []verdict, idx []int, now time.Time) {
 	tr, ok := s.store.(tokenReader)
 	for _, i := range idx {
 		v := &vs[i]
@@ -35,11 +37,16 @@ func (s *Service) check(req *rlsv3.RateLimitRequest, tag string, vs []verdict, i
 			v.res = ratelimit.Result{Allowed: true, StateUnknown: true}
 			continue
 		}
-		l := v.rule.limit
-		tokens := tr.Tokens(v.rule.bucketKey(tag, req.Descriptors[i].GetEntries()), l)
-		v.res = ratelimit.Result{Allowed: tokens >= 1, Remaining: tokens, ResetAfter: refill(l, l.Burst-tokens)}
+		l := v.limit
+		tokens := tr.Tokens(v.key(tag, req.Descriptors[i].GetEntries()), l)
+		reset, wait := refill(l, l.Burst-tokens), refill(l, 1-tokens)
+		if l.Fixed() {
+			reset = untilEnd(l, now)
+			wait = reset
+		}
+		v.res = ratelimit.Result{Allowed: tokens >= 1, Remaining: tokens, ResetAfter: reset}
 		if !v.res.Allowed {
-			v.res.RetryAfter = refill(l, 1-tokens)
+			v.res.RetryAfter = wait
 			v.over = true
 		}
 	}

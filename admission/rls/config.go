@@ -35,6 +35,13 @@ type Config struct {
 	// OK, would-be rejections counted as outcome="shadow_reject". False
 	// (the default) leaves it to each descriptor's shadow_mode.
 	Shadow bool `yaml:"shadow"`
+	// Window is how every rate_limit without a window of its own counts
+	// (a rate_limit's window wins): bucket, a token bucket of burst
+	// requests_per_unit refilled over one unit; or fixed, as
+	// envoyproxy/ratelimit counts, requests_per_unit in each window of a
+	// unit that starts full at the unit's boundaries (a daily limit at
+	// 00:00 UTC; see WindowFixed). Unset (the default) means bucket.
+	Window Window `yaml:"window"`
 	// ResponseHeaders adds the IETF RateLimit headers (and Retry-After when
 	// over the limit) to response_headers_to_add, for Envoy to send to the
 	// client. False (the default) sends none, as envoyproxy/ratelimit
@@ -78,6 +85,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Drain < 0 {
 		errs = append(errs, errors.New("rls.drain: must be >= 0 (0 means 5s)"))
+	}
+	if c.Window > WindowFixed {
+		errs = append(errs, fmt.Errorf("rls.window: %v is not fixed or bucket", c.Window))
 	}
 	if r := c.NearLimitRatio; !(r >= 0 && r <= 1) {
 		errs = append(errs, fmt.Errorf("rls.near_limit_ratio: %v is not between 0 and 1 (0 means 0.8)", r))

@@ -34,16 +34,20 @@
 // refuses, and so does this: unlimited beside a unit, a replaces naming
 // its own rate limit, share_threshold on a value without "*".
 //
-// # Token buckets, not fixed windows
+// # Token buckets, or fixed windows
 //
 // envoyproxy/ratelimit counts requests in fixed windows (a counter per
 // unit, reset when the unit turns over), so a client can spend a whole
 // window's quota at its end and another at the start of the next: twice
-// the limit within a moment. Here requests_per_unit per unit is a token
-// bucket of burst requests_per_unit refilled evenly over one unit
-// (Limit{Rate: rpu/unit, Burst: rpu}): the same long-run rate, at most one
-// burst at any instant, and a client that waits gets tokens back
-// gradually rather than all at once.
+// the limit within a moment. Here requests_per_unit per unit is by
+// default a token bucket of burst requests_per_unit refilled evenly over
+// one unit (Limit{Rate: rpu/unit, Burst: rpu}): the same long-run rate, at
+// most one burst at any instant, and a client that waits gets tokens back
+// gradually rather than all at once. A rate_limit's window: fixed, or
+// rls.window: fixed for every rate_limit without a window of its own,
+// counts in envoyproxy/ratelimit's windows instead (WindowFixed), for
+// quotas that are bills: the call's window is cut from the service's
+// clock (Service.limitAt) and the store counts to its end.
 //
 // # Matching
 //

@@ -7,6 +7,8 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // The differential test's own machinery, without ERL: these run in `go
@@ -93,6 +95,7 @@ func TestERLDiffYAMLBlocks(t *testing.T) {
 // what the classifier must make of the difference.
 type classifyStep struct {
 	name     string
+	advance  time.Duration // the clock moves first (besides 1 ms a step)
 	req      *rlsv3.RateLimitRequest
 	erl, fg  *rlsv3.RateLimitResponse
 	want     string // "equal", "documented" or "undocumented"
@@ -104,8 +107,12 @@ func runClassify(t *testing.T, m *model, steps []classifyStep) {
 	t.Helper()
 	now := time.Unix(1_700_000_000, 0) // early in a minute
 	for _, s := range steps {
-		now = now.Add(time.Millisecond)
-		ds := m.classify(s.req, answerFields(s.erl, nil), answerFields(s.fg, nil), now, now.Add(100*time.Microsecond))
+		now = now.Add(time.Millisecond + s.advance)
+		e, f := answerFields(s.erl, nil), answerFields(s.fg, nil)
+		if m.fixed {
+			e, f = withResets(e, s.erl), withResets(f, s.fg)
+		}
+		ds := m.classify(s.req, e, f, now, now.Add(100*time.Microsecond))
 		c := &callResult{diffs: ds}
 		got := "equal"
 		switch {
@@ -212,4 +219,73 @@ func TestERLDiffClassify(t *testing.T) {
 		{name: "refused", req: rq(5, user()), erl: answer(overc, st(overc, 3, "", 0)), fg: answer(overc, st(overc, 3, "", 0)), want: "equal"},
 		{name: "refused hits not counted, undocumented", req: rq(1, user()), erl: answer(overc, st(overc, 3, "", 0)), fg: answer(okc, st(okc, 3, "", 2)), want: "undocumented", wantNote: "not in docs/envoy.md"},
 	})
+}
+
+// stReset is st with a duration_until_reset of reset seconds.
+func stReset(code rlsv3.RateLimitResponse_Code, rpu uint32, remaining uint32, reset int64) *rlsv3.RateLimitResponse_DescriptorStatus {
+	s := st(code, rpu, "", remaining)
+	s.DurationUntilReset = durationpb.New(time.Duration(reset) * time.Second)
+	return s
+}
+
+// TestERLDiffClassifyFixed: in the fixed pass (the calls start 20 s into
+// a minute) fairgate's figures are ERL's: a window turned over in both is
+// equal, a refused call that takes nothing stays documented; a token
+// back within the window (what a bucket's refill would be), a wrong
+// duration_until_reset and the bucket's reset are undocumented.
+func TestERLDiffClassifyFixed(t *testing.T) {
+	f, _ := parseERLFile([]byte(classifyConfig))
+	user := func() *commonrl.RateLimitDescriptor { return descOf([][2]string{{"user", "a"}}) }
+	fixed := func(docs map[string]bool) *model {
+		m := newModel(f, false, false, docs)
+		m.fixed = true
+		return m
+	}
+	runClassify(t, fixed(allDocumented()), []classifyStep{
+		{name: "the same", req: rq(1, user()), erl: answer(okc, stReset(okc, 3, 2, 40)), fg: answer(okc, stReset(okc, 3, 2, 40)), want: "equal"},
+		{name: "refused, both", req: rq(5, user()), erl: answer(overc, stReset(overc, 3, 0, 40)), fg: answer(overc, stReset(overc, 3, 0, 40)), want: "equal"},
+		{name: "refused hits not counted", req: rq(1, user()), erl: answer(overc, stReset(overc, 3, 0, 40)), fg: answer(okc, stReset(okc, 3, 1, 40)), want: "documented", reason: "refused-free"},
+		{name: "the window's last", req: rq(1, user()), erl: answer(overc, stReset(overc, 3, 0, 40)), fg: answer(okc, stReset(okc, 3, 0, 40)), want: "documented", reason: "refused-free"},
+		// Negative control: a window gives nothing back before its end.
+		{name: "a token back in the window", advance: 20 * time.Second, req: rq(1, user()), erl: answer(overc, stReset(overc, 3, 0, 20)), fg: answer(okc, stReset(okc, 3, 0, 20)), want: "undocumented", wantNote: "model: OVER_LIMIT"},
+	})
+	runClassify(t, fixed(allDocumented()), []classifyStep{
+		{name: "spent", req: rq(3, user()), erl: answer(okc, stReset(okc, 3, 0, 40)), fg: answer(okc, stReset(okc, 3, 0, 40)), want: "equal"},
+		{name: "a new window, both", advance: 40 * time.Second, req: rq(1, user()), erl: answer(okc, stReset(okc, 3, 2, 60)), fg: answer(okc, stReset(okc, 3, 2, 60)), want: "equal"},
+		// Negative controls: a reset that is not the window's end, and
+		// a token bucket's answer to the same call (as the bucket pass
+		// would get).
+		{name: "a wrong reset", req: rq(1, user()), erl: answer(okc, stReset(okc, 3, 1, 60)), fg: answer(okc, stReset(okc, 3, 1, 59)), want: "undocumented", wantNote: "model: 60"},
+		{name: "a bucket's figures", req: rq(1, user()), erl: answer(okc, stReset(okc, 3, 0, 60)), fg: answer(okc, stReset(okc, 3, 1, 20)), want: "undocumented"},
+	})
+}
+
+// TestERLDiffClassifyRemembered: on a bucket an override in another
+// unit shares, the Redis store's remembered refusal of the override is
+// documented while its wait lasts, though a call under the configured
+// limit refilled the bucket; the negative control, the same refusal with
+// no refusal before it to remember, is undocumented.
+func TestERLDiffClassifyRemembered(t *testing.T) {
+	f, _ := parseERLFile([]byte(classifyConfig))
+	user := func() *commonrl.RateLimitDescriptor { return descOf([][2]string{{"user", "a"}}) }
+	hourly := func() *commonrl.RateLimitDescriptor {
+		d := user()
+		d.Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+		return d
+	}
+	hour := func(code rlsv3.RateLimitResponse_Code, remaining uint32) *rlsv3.RateLimitResponse_DescriptorStatus {
+		s := st(code, 5, "", remaining)
+		s.CurrentLimit.Unit = rlsv3.RateLimitResponse_RateLimit_HOUR
+		return s
+	}
+	spent := classifyStep{name: "spent", req: rq(3, user()), erl: answer(okc, st(okc, 3, "", 0)), fg: answer(okc, st(okc, 3, "", 0)), want: "equal"}
+	refilled := classifyStep{name: "40 s on: two tokens back", advance: 40 * time.Second, req: rq(1, user()), erl: answer(okc, st(okc, 3, "", 2)), fg: answer(okc, st(okc, 3, "", 1)), want: "documented"}
+	again := classifyStep{name: "the override again", req: rq(1, hourly()), erl: answer(okc, hour(okc, 3)), fg: answer(overc, hour(overc, 0)), want: "documented", reason: "remembered-denial"}
+	runClassify(t, newModel(f, false, false, allDocumented()), []classifyStep{
+		spent,
+		{name: "an override per hour: no token", req: rq(1, hourly()), erl: answer(okc, hour(okc, 4)), fg: answer(overc, hour(overc, 0)), want: "documented", reason: "override-raise"},
+		refilled, again,
+	})
+	again.want, again.reason = "undocumented", ""
+	runClassify(t, newModel(f, false, false, allDocumented()), []classifyStep{spent, refilled, again})
 }

@@ -16,8 +16,9 @@ import (
 
 // fields is one answer, field by field: "error", "overall",
 // "status[i].code", "status[i].current_limit",
-// "status[i].limit_remaining" and "header <Key>". Absent fields are
-// missing from the map.
+// "status[i].limit_remaining", in the fixed pass
+// "status[i].duration_until_reset" (withResets), and "header <Key>".
+// Absent fields are missing from the map.
 type fields map[string]string
 
 func answerFields(resp *rlsv3.RateLimitResponse, err error) fields {
@@ -127,6 +128,9 @@ func render(f fields) string {
 			b.WriteString(" | ")
 		}
 		fmt.Fprintf(&b, "%s %s rem=%s", code, f[p+"current_limit"], f[p+"limit_remaining"])
+		if r, ok := f[p+"duration_until_reset"]; ok {
+			b.WriteString(" reset=" + r)
+		}
 	}
 	b.WriteString("]")
 	var hs []string

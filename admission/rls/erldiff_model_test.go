@@ -121,8 +121,13 @@ type bucket struct {
 	burst, rate  float64 // tokens, tokens a second
 	lastB, lastA time.Time
 	seen         bool
-	window       int64           // ERL's window at the first call: Unix seconds / unit
-	causes       map[string]bool // documented differences that made it diverge from ERL's counter
+	// denied are the takes the Redis store's denial cache refuses
+	// without asking Redis (by denyID), until when.
+	denied map[string]time.Time
+	// window is ERL's window at the first call (Unix seconds / unit); in
+	// the fixed pass, fairgate's window of the last call.
+	window int64
+	causes map[string]bool // documented differences that made it diverge from ERL's counter
 }
 
 // refill brings b to a call made between start and end.
@@ -142,8 +147,13 @@ type model struct {
 	f            *erlFile
 	globalShadow bool
 	erlHeaders   bool // ERL runs with LIMIT_RESPONSE_HEADERS_ENABLED, fairgate with rls.response_headers
-	buckets      map[string]*bucket
-	docs         map[string]bool // documented differences docs/envoy.md still states
+	// fixed: fairgate runs with rls.window: fixed (the fixed pass; see
+	// erldiff_window_test.go).
+	fixed   bool
+	start   time.Time // when fairgate was asked the call being predicted
+	end     time.Time // when it answered
+	buckets map[string]*bucket
+	docs    map[string]bool // documented differences docs/envoy.md still states
 	// misses are the fields of the last call that both services agree on
 	// and the model predicted otherwise.
 	misses []string
@@ -199,6 +209,10 @@ func (m *model) describe(req *rlsv3.RateLimitRequest) []desc {
 		}
 		if x.limit == nil {
 			continue
+		}
+		if m.fixed {
+			// A window's count is per window length, as ERL's is.
+			x.bucket += "@" + strconv.FormatFloat(x.limit.window, 'f', -1, 64)
 		}
 		for _, r := range x.limit.replaces {
 			replaced[r] = true
@@ -273,6 +287,9 @@ type take struct {
 	off    float64 // taken in order: what the earlier takes on the bucket took first
 	over   bool
 	paid   bool
+	// remembered: over only because the Redis store remembered an
+	// earlier refusal of the same take (rememberedDenial).
+	remembered bool
 }
 
 // candidate is one prediction of a call: per field, and what it does to
@@ -298,6 +315,7 @@ type candidate struct {
 // for, both outcomes.
 func (m *model) predict(req *rlsv3.RateLimitRequest, start, end time.Time) []*candidate {
 	ds := m.describe(req)
+	m.start, m.end = start, end
 	hasCheck, hasDup, hasShadow := false, false, false
 	seen := map[string]bool{}
 	for _, d := range ds {
@@ -312,7 +330,10 @@ func (m *model) predict(req *rlsv3.RateLimitRequest, start, end time.Time) []*ca
 			m.buckets[d.bucket] = b
 		}
 		burst, rate := float64(d.limit.rpu), float64(d.limit.rpu)/d.limit.window
-		if b.seen && (burst != b.burst || rate != b.rate) {
+		if b.seen && m.fixed && burst != b.burst {
+			// A window counts hits: what is left moves with the limit.
+			b.lo, b.hi = max(0, min(b.lo+burst-b.burst, burst)), max(0, min(b.hi+burst-b.burst, burst))
+		} else if b.seen && (burst != b.burst || rate != b.rate) {
 			// An override on a configured limit's bucket (or back): the
 			// same tokens, a new burst and rate.
 			b.causes["override-raise"] = true
@@ -324,6 +345,10 @@ func (m *model) predict(req *rlsv3.RateLimitRequest, start, end time.Time) []*ca
 		b.burst, b.rate = burst, rate
 		if b.seen && b.lastA.Equal(end) {
 			continue // a second descriptor on the bucket
+		}
+		if m.fixed {
+			b.turn(start, end, d.limit.window)
+			continue
 		}
 		// ERL counts in windows of the unit since the epoch: one that
 		// turned over since the bucket's first call restarted ERL's
@@ -407,6 +432,7 @@ func (m *model) candidates(ds []desc, v variant) []*candidate {
 			unsure = append(unsure, j)
 		}
 	}
+	remembered := len(takes) == 1 && len(unsure) == 0 && m.rememberedDenial(takes[0])
 	var out []*candidate
 	for mask := 0; mask < 1<<len(unsure); mask++ {
 		ts := make([]*take, len(takes))
@@ -424,7 +450,56 @@ func (m *model) candidates(ds []desc, v variant) []*candidate {
 		}
 		out = append(out, m.render(ds, v, blocked, ts, of))
 	}
+	if remembered {
+		c := *takes[0]
+		c.over, c.remembered = true, true
+		out = append(out, m.render(ds, v, blocked, []*take{&c}, of))
+	}
 	return out
+}
+
+// denyID names a take as the Redis store's denial cache does: its limit
+// (the bucket's rate now) and cost.
+func denyID(b *bucket, cost float64) string {
+	return strconv.FormatFloat(b.burst, 'g', -1, 64) + "/" + strconv.FormatFloat(b.rate, 'g', -1, 64) + "/" + strconv.FormatFloat(cost, 'g', -1, 64)
+}
+
+// rememberedDenial reports whether the Redis store may refuse t, a
+// request's one take, from its denial cache though the bucket holds the
+// cost: the same take was refused (or left less than its cost) within
+// the wait it was told, and the bucket, shared by two limits, may since
+// have refilled faster under the other one.
+func (m *model) rememberedDenial(t *take) bool {
+	until, ok := t.b.denied[denyID(t.b, t.need)]
+	return !m.fixed && ok && m.start.Before(until) && t.b.causes["override-raise"] && t.lo+eps >= t.need
+}
+
+// remember notes what the Redis store's denial cache keeps of c, a call
+// of one take: a refusal, or an admission that left less than the cost,
+// is remembered until the refill at the take's rate brings the cost
+// (counted from its latest possible tokens' lowest).
+func (m *model) remember(c *candidate) {
+	if len(c.takes) != 1 || m.fixed {
+		return
+	}
+	t := c.takes[0]
+	b := t.b
+	if b.rate <= 0 || t.remembered {
+		return
+	}
+	if b.denied == nil {
+		b.denied = map[string]time.Time{}
+	}
+	id := denyID(b, t.need)
+	left := t.lo
+	if t.paid {
+		left = c.after[t.key][0]
+	}
+	if !t.over && left+eps >= t.need {
+		delete(b.denied, id)
+		return
+	}
+	b.denied[id] = m.end.Add(time.Duration((t.need - max(0, left)) / b.rate * float64(time.Second)))
 }
 
 // Notes of fairgate behaviour the model follows but the doc does not
@@ -544,6 +619,17 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 		p := "status[" + strconv.Itoa(i) + "]."
 		set := func(code, lim, rem pred) {
 			c.preds[p+"code"], c.preds[p+"current_limit"], c.preds[p+"limit_remaining"] = code, lim, rem
+			if !m.fixed {
+				return
+			}
+			reset, why := "-", []string(nil)
+			if d.limit != nil {
+				reset = windowReset(d.limit, m.start)
+				if d.limit.multiplied {
+					why = []string{"unit-multiplier"}
+				}
+			}
+			c.preds[p+"duration_until_reset"] = resetPred(lim, reset, why...)
 		}
 		switch {
 		case d.kind == kindNone || d.kind == kindReplaced:
@@ -579,9 +665,19 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 			continue
 		}
 		t := ts[of[i]]
-		code := exact(ok, reasons...)
+		// Merged with another descriptor of the same entries, its code
+		// is the pair's: over when their costs together are.
+		shared := v.merged && (slices.Index(of, of[i]) != i || slices.Contains(of[i+1:], of[i]))
+		if t.remembered {
+			reasons = append(reasons, "remembered-denial")
+		}
+		codeWhy := reasons
+		if shared {
+			codeWhy = append(slices.Clone(reasons), "same-entries")
+		}
+		code := exact(ok, codeWhy...)
 		if t.over && !d.shadow {
-			code = exact(over, reasons...)
+			code = exact(over, codeWhy...)
 			markOver(d)
 		}
 		lohi := c.after[t.key]
@@ -593,8 +689,8 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 				lo, hi = t.lo-t.charge, t.hi-t.charge
 			}
 			rem = between(lo, hi, reasons...)
-		case slices.Index(of, of[i]) != i || slices.Contains(of[i+1:], of[i]):
-			rem = between(lohi[0], lohi[1], append(slices.Clone(reasons), "same-entries")...)
+		case shared:
+			rem = between(lohi[0], lohi[1], codeWhy...)
 		default:
 			rem = between(lohi[0], lohi[1], reasons...)
 		}
@@ -624,7 +720,7 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 	if m.globalShadow {
 		overall = rlsv3.RateLimitResponse_OK
 	}
-	op := exact(overall.String(), "token-bucket")
+	op := exact(overall.String(), m.shape()...)
 	op.follows = true
 	c.preds["overall"] = op
 	return c
@@ -641,7 +737,7 @@ func (m *model) bucketReasons(key string, now []string) []string {
 	}
 	r = append(r, now...)
 	if len(r) == 0 {
-		r = []string{"token-bucket"}
+		r = m.shape()
 	}
 	slices.Sort(r)
 	return slices.Compact(r)
@@ -741,12 +837,15 @@ func followed(ds []diff, fallback []string) ([]string, string) {
 }
 
 // documentedOnly turns a reason docs/envoy.md does not state into a note:
-// a difference is documented only while the doc says so.
+// a difference is documented only while the doc says so (and, in the
+// fixed pass, only when it is not a token bucket's).
 func (m *model) documentedOnly(ds []diff) []diff {
 	for i := range ds {
 		var keep []string
 		for _, r := range ds[i].reasons {
-			if m.docs[r] {
+			if m.fixed && bucketOnly[r] {
+				ds[i].note = strings.TrimSpace(ds[i].note + " (" + r + ": a token bucket's, and fairgate counts in fixed windows)")
+			} else if m.docs[r] {
 				keep = append(keep, r)
 			} else {
 				ds[i].note = strings.TrimSpace(ds[i].note + " (" + r + ": not in docs/envoy.md)")
@@ -759,6 +858,7 @@ func (m *model) documentedOnly(ds []diff) []diff {
 
 // apply moves the buckets on by c and narrows them to fg's figures.
 func (m *model) apply(c *candidate, fg fields) {
+	m.remember(c)
 	for key, lohi := range c.after {
 		b := m.buckets[key]
 		b.lo, b.hi = max(0, lohi[0]), max(0, lohi[1])
@@ -804,9 +904,9 @@ func (m *model) apply(c *candidate, fg fields) {
 // cost, or one refill.
 func (m *model) headerPreds(fg fields, c *candidate) func(k, e, g string) (pred, bool) {
 	type st struct {
-		i        int
-		rpu, rem string
-		over     bool
+		i               int
+		rpu, rem, reset string
+		over            bool
 	}
 	var sts []st
 	erlDec := -1
@@ -821,7 +921,7 @@ func (m *model) headerPreds(fg fields, c *candidate) func(k, e, g string) (pred,
 			continue
 		}
 		rpu, _, _ := strings.Cut(fg[p+"current_limit"], "/")
-		s := st{i: i, rpu: rpu, rem: fg[p+"limit_remaining"], over: code == "OVER_LIMIT"}
+		s := st{i: i, rpu: rpu, rem: fg[p+"limit_remaining"], reset: fg[p+"duration_until_reset"], over: code == "OVER_LIMIT"}
 		sts = append(sts, s)
 		r, _ := strconv.ParseUint(s.rem, 10, 32)
 		if r < minRem {
@@ -848,7 +948,7 @@ func (m *model) headerPreds(fg fields, c *candidate) func(k, e, g string) (pred,
 	// A figure of ERL's choice follows the statuses; one of fairgate's
 	// own choice is the documented choice of the descriptor that decided.
 	figure := func(of func(st) string) pred {
-		erls := exact(of(sts[erlDec]), "token-bucket")
+		erls := exact(of(sts[erlDec]), m.shape()...)
 		erls.follows = true
 		mine := pred{want: "fairgate's choice", reasons: []string{"headers"}, ok: func(v string) bool {
 			return slices.ContainsFunc(deciders, func(s st) bool { return of(s) == v })
@@ -877,6 +977,9 @@ func (m *model) headerPreds(fg fields, c *candidate) func(k, e, g string) (pred,
 		case "header RateLimit-Remaining":
 			return figure(func(s st) string { return s.rem }), true
 		case "header RateLimit-Reset":
+			if m.fixed { // the window's end, as the statuses tell it
+				return figure(func(s st) string { return s.reset }), true
+			}
 			bound := 0.0
 			for _, s := range slices.Concat(deciders, []st{sts[erlDec]}) {
 				if s.i < len(c.resets) {

@@ -28,6 +28,7 @@ var erlDocumented = []erlDifference{
 	{"refused-free", "(3) a refused call takes nothing (ERL counts its hits)", "**A refused call takes nothing.**"},
 	{"checks", "(4) a descriptor's hits_addend 0 is a check: over below one token; on the Redis store OK without state", "**Checks.**"},
 	{"override-raise", "(5) an override takes from the configured limit's bucket: a higher limit brings no tokens", "**An override that raises the limit.**"},
+	{"remembered-denial", "(5) on the Redis store a refusal is remembered, per limit, for the wait it was told: a shared bucket refilled faster under the other limit does not lift it", "remembers a refusal, per limit, for the wait it was told"},
 	{"unit-multiplier", "(6) an override's unit_multiplier multiplies its window (ERL ignores it)", "**`unit_multiplier`.**"},
 	{"override-unit", "(7) an override with an unknown unit is InvalidArgument (ERL fails Unavailable)", "**An override with an unknown unit**"},
 	{"global-shadow", "(8) under rls.shadow the tokens are taken as enforcement would: a request one descriptor refuses charges none", "**Global shadow and several descriptors.**"},

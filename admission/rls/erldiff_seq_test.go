@@ -15,6 +15,9 @@ import (
 type erlSeq struct {
 	name  string
 	calls []*rlsv3.RateLimitRequest
+	// turns are the calls made just past a whole second, the runner
+	// waiting for it: a window of a second has just ended.
+	turns []int
 }
 
 // target is a node of the tree the sequences aim at, and how to write a
@@ -98,8 +101,10 @@ func targets(f *erlFile) []*target {
 //
 //   - every limited node on its own: "drain" (hits_addend 0 — meaning 1 —
 //     and 1, a descriptor's own 0 and 2, a bulk to one below the limit,
-//     the last, two over, a check while over, more than the limit) and
-//     "over first" (more than the limit on a fresh bucket, then one);
+//     the last, two over, a check while over, more than the limit),
+//     "over first" (more than the limit on a fresh bucket, then one) and,
+//     for the first limit per second, "turn" (the limit and one over, in
+//     one second and again in the next);
 //   - "values": a key-only level with several values, apart;
 //   - "wildcard": values a wildcard matches (sharing a threshold or not),
 //     and one it does not (falling to the key-only node, or out);
@@ -114,8 +119,9 @@ func targets(f *erlFile) []*target {
 //   - "replaces": the replacing descriptor with the one it replaces, in
 //     both orders, then the replaced one alone;
 //   - request-level overrides: on a limited descriptor, on a spent one
-//     with a higher limit ("override raises"), on a key the config does
-//     not know (one with a unit_multiplier), on a shadow one;
+//     with a higher limit ("override raises") or in another unit
+//     ("override unit"), on a key the config does not know (one with a
+//     unit_multiplier), on a shadow one;
 //   - with malformed, requests fairgate refuses or ERL fails: no domain,
 //     no descriptors, one with no entries, an empty key, is_negative_hits,
 //     more than rls.max_descriptors, an override of unknown unit (last:
@@ -149,6 +155,7 @@ func sequences(f *erlFile, malformed bool) []erlSeq {
 			}
 		}
 	}
+	turned := false
 	for _, t := range limited {
 		d := func(v int) *commonrl.RateLimitDescriptor { return descOf(t.entries(v)) }
 		r := t.limit.rpu
@@ -163,6 +170,14 @@ func sequences(f *erlFile, malformed bool) []erlSeq {
 		add("drain "+t.name, calls...)
 		// More than the limit on a fresh counter, then one.
 		add("over first "+t.name, req(r+1, d(1)), req(1, d(1)), req(1, d(1)))
+		if t.limit.unit == rlsv3.RateLimitResponse_RateLimit_SECOND && !turned {
+			// The whole limit, then one over; in the next second the
+			// same: ERL's window has turned over. Once a config: each
+			// waits for a second's end.
+			turned = true
+			out = append(out, erlSeq{name: "turn " + t.name, turns: []int{2},
+				calls: []*rlsv3.RateLimitRequest{req(r, d(1)), req(1, d(1)), req(r, d(1)), req(1, d(1))}})
+		}
 		if t.keyOnly() {
 			add("values "+t.name, req(1, d(1)), req(1, d(2)), req(r, d(1)), req(1, d(1)), req(1, d(3)), req(1, d(2)))
 		}
@@ -305,6 +320,14 @@ func sequences(f *erlFile, malformed bool) []erlSeq {
 			d := func() *commonrl.RateLimitDescriptor { return descOf(t.entries(1)) }
 			add("override raises "+t.name, req(t.limit.rpu, d()), req(1, ovUnit(d(), t.limit.rpu+2, u, 0)), req(1, ovUnit(d(), t.limit.rpu+2, u, 0)), req(1, d()))
 		}
+		// The same entries in another unit, once the configured limit is
+		// spent (ERL: a counter per unit's window).
+		other := typev3.RateLimitUnit_HOUR
+		if t.limit.unit == rlsv3.RateLimitResponse_RateLimit_HOUR {
+			other = typev3.RateLimitUnit_MINUTE
+		}
+		d := func() *commonrl.RateLimitDescriptor { return descOf(t.entries(1)) }
+		add("override unit "+t.name, req(t.limit.rpu, d()), req(1, ovUnit(d(), t.limit.rpu+2, other, 0)), req(1, d()), req(1, ovUnit(d(), t.limit.rpu+2, other, 0)))
 	}
 	add("override unknown key", req(1, ov(unknown("a"), 2, 0)), req(1, ov(unknown("a"), 2, 0)), req(1, ov(unknown("a"), 2, 0)),
 		req(1, ov(unknown("b"), 1, 2)), req(1, ov(unknown("b"), 1, 2)))

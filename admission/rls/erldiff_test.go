@@ -36,25 +36,32 @@ import (
 //   - ERL_DIFF_OUT is where the full report goes (every differing call,
 //     both answers, each field's class); by default a file in the test's
 //     temporary folder, removed when the test ends.
+//   - ERL_DIFF_WINDOW is "bucket" or "fixed" to run one pass only (below);
+//     by default both run.
 //
 // Configs are ERL's own: every *.yaml of its integration-test runtime and
 // of examples/ratelimit/config, and every ```yaml block of its README
 // that is a rate limit config, read at test time (nothing of ERL is
-// copied here). Each config runs three times — ERL's and fairgate's
-// defaults; response headers on in both (LIMIT_RESPONSE_HEADERS_ENABLED,
-// rls.response_headers); global shadow mode (SHADOW_MODE, rls.shadow) —
-// with ERL started on the config in a runtime folder and fairgate's
-// Service on the same folder, both on one redis-server (ERL in db 0
-// under CACHE_KEY_PREFIX erldiff_, fairgate in db 1, its Redis store
-// failing closed, so that no decision is a silent local one). The
-// sequences (see sequences) each start from an empty Redis and a new
-// fairgate store, and run back to back; one that involves a per-second
-// limit starts early in a second.
+// copied here). The comparison runs twice, each pass reported apart:
+// fairgate with rls.window unset (token buckets), then with rls.window:
+// fixed (ERL's windows). In each pass each config runs three times —
+// ERL's and fairgate's defaults; response headers on in both
+// (LIMIT_RESPONSE_HEADERS_ENABLED, rls.response_headers); global shadow
+// mode (SHADOW_MODE, rls.shadow) — with ERL started on the config in a
+// runtime folder and fairgate's Service on the same folder, both on one
+// redis-server (ERL in db 0 under CACHE_KEY_PREFIX erldiff_, fairgate in
+// db 1, its Redis store failing closed, so that no decision is a silent
+// local one). The sequences (see sequences) each start from an empty
+// Redis and a new fairgate store, and run back to back; one that involves
+// a per-second limit starts early in a second.
 //
 // Each call's answers are compared field by field: the overall code, each
 // descriptor's code, current_limit (requests_per_unit, unit, name) and
-// limit_remaining, and response_headers_to_add; duration_until_reset is
-// not, as a fixed window and a token bucket mean different things by it.
+// limit_remaining, and response_headers_to_add; in the fixed pass
+// duration_until_reset too, in whole seconds rounded up as ERL counts it
+// (a token bucket means another thing by it). So that both services count
+// a call in one window, the fixed pass makes no call within
+// erlWindowMargin of a whole second, where every window ends.
 // A field that differs is documented when the model (erldiff_model_test.go)
 // predicts fairgate's value from ERL's semantics and the differences
 // docs/envoy.md states (erlDocumented); the test fails while any
@@ -88,25 +95,46 @@ func TestERLDiff(t *testing.T) {
 	}
 	redis := redistest.StartServer(t)
 
-	rep := newReport()
-	rep.notes = append(rep.notes, "ERL_SRC "+src)
-	for _, s := range skipped {
-		rep.notes = append(rep.notes, "not a config: "+s)
-	}
-	rep.notes = append(rep.notes, gone...)
-	for _, cfg := range cfgs {
-		runs := []erlConfig{cfg}
-		for _, mode := range erlModes {
-			for i := 0; i < len(runs); i++ {
-				derived := runConfig(t, bin, redis.Addr(), runs[i], mode, docs, rep)
-				if derived != nil && mode.name == erlModes[0].name {
-					runs = append(runs, *derived)
+	var full strings.Builder
+	for _, pass := range erlPasses {
+		if w := os.Getenv("ERL_DIFF_WINDOW"); w != "" && w != pass.name {
+			continue
+		}
+		rep := newReport()
+		rep.notes = append(rep.notes, "ERL_SRC "+src)
+		for _, s := range skipped {
+			rep.notes = append(rep.notes, "not a config: "+s)
+		}
+		rep.notes = append(rep.notes, gone...)
+		for _, cfg := range cfgs {
+			runs := []erlConfig{cfg}
+			for _, mode := range erlModes {
+				for i := 0; i < len(runs); i++ {
+					derived := runConfig(t, bin, redis.Addr(), runs[i], pass, mode, docs, rep)
+					if derived != nil && mode.name == erlModes[0].name {
+						runs = append(runs, *derived)
+					}
 				}
 			}
 		}
+		rep.modelNotes()
+		title := fmt.Sprintf("pass %q: fairgate with %s\n", pass.name, pass.what)
+		t.Log("\n" + title + rep.table())
+		full.WriteString(title + rep.full() + "\n")
+		if u := rep.undocumentedLines(); len(u) > 0 {
+			t.Errorf("pass %q: %d calls differ from envoyproxy/ratelimit in a way docs/envoy.md does not state:\n%s", pass.name, len(u), strings.Join(u, "\n"))
+		}
 	}
+	if err := os.WriteFile(out, []byte(full.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+	t.Logf("full report: %s", out)
+}
+
+// modelNotes notes the fields where the model was wrong.
+func (r *report) modelNotes() {
 	models := 0
-	for _, c := range rep.calls {
+	for _, c := range r.calls {
 		for _, d := range c.diffs {
 			if strings.Contains(d.note, "ERL applied a limit") {
 				models++
@@ -114,21 +142,28 @@ func TestERLDiff(t *testing.T) {
 		}
 	}
 	if models > 0 {
-		rep.notes = append(rep.notes, fmt.Sprintf("%d fields where ERL applied a limit the test's model did not expect: the model needs a fix", models))
+		r.notes = append(r.notes, fmt.Sprintf("%d fields where ERL applied a limit the test's model did not expect: the model needs a fix", models))
 	}
-	if rep.modelMisses > 0 {
-		rep.notes = append(rep.notes, fmt.Sprintf("%d fields where ERL and fairgate agree and the model predicted otherwise (it follows fairgate's figures from there)", rep.modelMisses))
-	}
-	table := rep.table()
-	t.Log("\n" + table)
-	if err := os.WriteFile(out, []byte(rep.full()), 0o644); err != nil {
-		t.Error(err)
-	}
-	t.Logf("full report: %s", out)
-	if u := rep.undocumentedLines(); len(u) > 0 {
-		t.Errorf("%d calls differ from envoyproxy/ratelimit in a way docs/envoy.md does not state:\n%s", len(u), strings.Join(u, "\n"))
+	if r.modelMisses > 0 {
+		r.notes = append(r.notes, fmt.Sprintf("%d fields where ERL and fairgate agree and the model predicted otherwise (it follows fairgate's figures from there)", r.modelMisses))
 	}
 }
+
+// erlPass is how fairgate counts in one pass of the comparison.
+type erlPass struct {
+	name, what string
+	window     rls.Window
+}
+
+var erlPasses = []erlPass{
+	{name: "bucket", what: "rls.window unset (token buckets)"},
+	{name: "fixed", what: "rls.window: fixed (ERL's windows)", window: rls.WindowFixed},
+}
+
+// erlWindowMargin is how close to a whole second the fixed pass makes no
+// call: ERL's and fairgate's answers to one call, a few milliseconds
+// apart, then fall in one second, hence in one window of every unit.
+const erlWindowMargin = 50 * time.Millisecond
 
 // erlMode is one way both services run a config.
 type erlMode struct {
@@ -152,7 +187,7 @@ var unknownField = regexp.MustCompile(`unknown field "([a-z_]+)"`)
 // call to rep. When fairgate refuses a config ERL loads only for fields it
 // does not know, it returns the config without them, so that the rest of
 // it is compared too.
-func runConfig(t *testing.T, bin, redisAddr string, cfg erlConfig, mode erlMode, docs map[string]bool, rep *report) *erlConfig {
+func runConfig(t *testing.T, bin, redisAddr string, cfg erlConfig, pass erlPass, mode erlMode, docs map[string]bool, rep *report) *erlConfig {
 	t.Helper()
 	dir := t.TempDir()
 	root := filepath.Join(dir, "runtime", "current")
@@ -200,13 +235,13 @@ func runConfig(t *testing.T, bin, redisAddr string, cfg erlConfig, mode erlMode,
 		return nil
 	}
 
-	fg := startFairgate(t, rls.Config{Configs: []string{cdir}, Shadow: mode.fairgateShadowed, ResponseHeaders: mode.fairgateHeaders}, rules)
+	fg := startFairgate(t, rls.Config{Configs: []string{cdir}, Shadow: mode.fairgateShadowed, ResponseHeaders: mode.fairgateHeaders, Window: pass.window}, rules)
 	defer fg.stop()
 	for _, seq := range sequences(cfg.file, mode.malformedToo) {
 		if mode.name == erlModes[0].name {
 			rep.seqs[cfg.name] = append(rep.seqs[cfg.name], fmt.Sprintf("%s (%d calls)", seq.name, len(seq.calls)))
 		}
-		runSequence(t, erl, fg, redisAddr, cfg, mode, seq, docs, rep)
+		runSequence(t, erl, fg, redisAddr, cfg, pass, mode, seq, docs, rep)
 	}
 	return nil
 }
@@ -256,7 +291,7 @@ func withoutFields(cfg erlConfig, err error) *erlConfig {
 }
 
 // runSequence runs seq on fresh state and adds each call to rep.
-func runSequence(t *testing.T, erl *erlProc, fg *fairgateRLS, redisAddr string, cfg erlConfig, mode erlMode, seq erlSeq, docs map[string]bool, rep *report) {
+func runSequence(t *testing.T, erl *erlProc, fg *fairgateRLS, redisAddr string, cfg erlConfig, pass erlPass, mode erlMode, seq erlSeq, docs map[string]bool, rep *report) {
 	t.Helper()
 	if _, err := redistest.Do(redisAddr, "FLUSHALL"); err != nil {
 		t.Fatal(err)
@@ -264,6 +299,7 @@ func runSequence(t *testing.T, erl *erlProc, fg *fairgateRLS, redisAddr string, 
 	store := fg.newStore(t, redisAddr)
 	defer store.Close()
 	m := newModel(cfg.file, mode.shadow, mode.headers, docs)
+	m.fixed = pass.window == rls.WindowFixed
 	if perSecond(m, seq) {
 		// Start early in a second, so that ERL's one-second windows turn
 		// over as rarely as they can within the sequence.
@@ -272,6 +308,17 @@ func runSequence(t *testing.T, erl *erlProc, fg *fairgateRLS, redisAddr string, 
 		}
 	}
 	for i, req := range seq.calls {
+		if slices.Contains(seq.turns, i) {
+			// Just past the next whole second, where every window of a
+			// second ends.
+			time.Sleep(time.Second - time.Duration(time.Now().Nanosecond()) + 5*time.Millisecond)
+		}
+		if m.fixed {
+			if left := time.Second - time.Duration(time.Now().Nanosecond()); left < erlWindowMargin {
+				time.Sleep(left + time.Millisecond)
+			}
+		}
+		erlStart := time.Now()
 		eresp, eerr := erl.ShouldRateLimit(req)
 		start := time.Now()
 		fresp, ferr := fg.call(req)
@@ -280,6 +327,12 @@ func runSequence(t *testing.T, erl *erlProc, fg *fairgateRLS, redisAddr string, 
 			t.Fatalf("fairgate: %v", ferr)
 		}
 		e, f := answerFields(eresp, eerr), answerFields(fresp, ferr)
+		if m.fixed {
+			e, f = withResets(e, eresp), withResets(f, fresp)
+			if erlStart.Unix() != end.Unix() {
+				rep.notes = append(rep.notes, fmt.Sprintf("%s [%s] %s #%d: called across a second's end (%v)", cfg.name, mode.name, seq.name, i+1, end.Sub(erlStart)))
+			}
+		}
 		c := &callResult{config: cfg.name, mode: mode.name, seq: seq.name, index: i, req: requestString(req), erl: render(e), fg: render(f)}
 		c.diffs = m.classify(req, e, f, start, end)
 		c.misses = slices.Clone(m.misses)

@@ -60,6 +60,9 @@ type rateLimitConfig struct {
 	Unit            Unit            `yaml:"unit"`
 	RequestsPerUnit uint32          `yaml:"requests_per_unit"`
 	Unlimited       bool            `yaml:"unlimited"`
+	// Window is fairgate's, not envoyproxy/ratelimit's (which refuses a
+	// file that has it): fixed or bucket; unset follows rls.window.
+	Window Window `yaml:"window"`
 }
 
 type replaceConfig struct {

@@ -24,13 +24,17 @@ type harness struct {
 }
 
 // start serves rules under cfg on a loopback port until the test ends.
-// A nil store means an embedded store on a fake clock (h.clock).
+// A nil store means an embedded store on a fake clock (h.clock), which
+// is the service's clock too unless o has one.
 func start(t testing.TB, cfg Config, rules *Rules, o Options) *harness {
 	t.Helper()
 	h := &harness{}
 	if o.Store == nil {
 		h.clock = fakeclock.New()
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: h.clock.Now})
+		if o.Now == nil {
+			o.Now = h.clock.Now
+		}
 	}
 	cfg = cfg.withDefaults()
 	svc, err := NewService(cfg, rules, o)

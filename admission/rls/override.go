@@ -23,21 +23,25 @@ const maxOverrideWindow = 1e9 * time.Second
 // is empty and no replaces names it, as in envoyproxy/ratelimit. Its
 // bucket is the descriptor's own (bucketKey is made of the entries alone):
 // an override and the configured limit share the tokens of one set of
-// entries.
+// entries. It counts as the configured limit does (its window, else
+// rls.window), so the two keep one kind of state for those entries; in
+// fixed windows they share a count while their windows are as long
+// (verdict.key).
 func overrideRule(o *ratelimitOverride, n *node) *rule {
 	u := overrideUnits[o.Unit]
 	window := u.Duration()
 	if m := o.GetUnitMultiplier(); m != nil {
 		window *= time.Duration(m.Value)
 	}
-	name := "override"
+	name, mode := "override", WindowDefault
 	if n != nil {
 		name = n.path
 		if n.limit != nil {
-			name = n.limit.name
+			name, mode = n.limit.name, n.limit.mode
 		}
 	}
 	r := newRule(name, o.RequestsPerUnit, u, window)
+	r.mode = mode
 	if m := o.GetUnitMultiplier(); m != nil && m.Value > 1 {
 		r.unitMultiplier = m.Value
 	}

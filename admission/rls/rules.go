@@ -89,10 +89,15 @@ type rule struct {
 	// (window = unit × multiplier); 0 or 1 means none.
 	unitMultiplier uint32
 	// limit is the token bucket: burst requestsPerUnit refilled over one
-	// unit.
+	// unit. Under a fixed window the call's Limit is made from it per
+	// call (Service.limitAt).
 	limit ratelimit.Limit
-	// window is the unit's length.
+	// window is the unit's length (times an override's multiplier): a
+	// bucket's refill time, or a fixed window's length.
 	window time.Duration
+	// mode is the rate_limit's window as written; WindowDefault follows
+	// rls.window (Service.fixed).
+	mode Window
 }
 
 // newRule returns the rule of requests per window, named name.

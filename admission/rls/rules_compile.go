@@ -109,6 +109,9 @@ func compileRule(c rateLimitConfig, field, path string) (*rule, error) {
 		if c.Unit != UnitNone {
 			errs = append(errs, fmt.Errorf("%s.unit: an unlimited rate limit has no unit: delete unit, or unlimited: true", field))
 		}
+		if c.Window != WindowDefault {
+			errs = append(errs, fmt.Errorf("%s.window: an unlimited rate limit has no window: delete window, or unlimited: true", field))
+		}
 		// requests_per_unit beside unlimited: true is ignored, as
 		// envoyproxy/ratelimit ignores it.
 		rpu = 0
@@ -120,7 +123,7 @@ func compileRule(c rateLimitConfig, field, path string) (*rule, error) {
 		name = path
 	}
 	r := newRule(name, rpu, c.Unit, c.Unit.Duration())
-	r.configuredName, r.unlimited = c.Name, c.Unlimited
+	r.configuredName, r.unlimited, r.mode = c.Name, c.Unlimited, c.Window
 	for _, rp := range c.Replaces {
 		r.replaces = append(r.replaces, rp.Name)
 	}

@@ -24,7 +24,7 @@ var roleFields = [...][]string{
 	roleFile: {"domain", "descriptors"},
 	roleDescriptor: {"key", "value", "rate_limit", "shadow_mode", "quota_mode", "detailed_metric",
 		"value_to_metric", "share_threshold", "metadata", "descriptors"},
-	roleRateLimit: {"name", "replaces", "unit", "requests_per_unit", "unlimited"},
+	roleRateLimit: {"name", "replaces", "unit", "requests_per_unit", "unlimited", "window"},
 	roleReplace:   {"name"},
 }
 
@@ -41,6 +41,10 @@ var homes = map[string]string{
 	"unit":        "in rate_limit", "requests_per_unit": "in rate_limit", "unlimited": "in rate_limit",
 	"replaces": "in rate_limit", "name": "in rate_limit or in an item of replaces",
 }
+
+// ownHomes says where each field fairgate adds to the schema belongs:
+// envoyproxy/ratelimit refuses a file that has one anywhere.
+var ownHomes = map[string]string{"window": "in rate_limit"}
 
 // checkFields walks the document before decoding so that an unknown,
 // misplaced or repeated field, or a bad unit, is reported with its path
@@ -115,7 +119,9 @@ func (c *fieldChecker) mapping(n *yaml.Node, path string, r role) {
 		}
 		first[k.Value] = k.Line
 		if !slices.Contains(roleFields[r], k.Value) {
-			if home, ok := homes[k.Value]; ok {
+			if home, ok := ownHomes[k.Value]; ok {
+				c.fail("%s: line %d: %q belongs %s: move it there", field, k.Line, k.Value, home)
+			} else if home, ok := homes[k.Value]; ok {
 				c.fail("%s: line %d: %q belongs %s, and envoyproxy/ratelimit ignores it here: move it there, or delete it to keep what envoyproxy/ratelimit does",
 					field, k.Line, k.Value, home)
 			} else {
@@ -212,6 +218,16 @@ func (c *fieldChecker) value(name string, v *yaml.Node, field string) {
 		}
 		if err := u.UnmarshalText([]byte(v.Value)); err != nil || v.Kind != yaml.ScalarNode {
 			c.fail("%s: unknown unit %q", field, v.Value)
+		}
+	case "window":
+		var w Window
+		if null {
+			return
+		}
+		if v.Kind != yaml.ScalarNode {
+			c.fail("%s: line %d: want fixed or bucket", field, v.Line)
+		} else if err := w.UnmarshalText([]byte(v.Value)); err != nil {
+			c.fail("%s: line %d: %v", field, v.Line, err)
 		}
 	case "requests_per_unit":
 		// A whole number as YAML writes one (12, 0x10, 1_000); not 12.0

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"sync/atomic"
+	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -37,8 +38,10 @@ type Service struct {
 	shadow  bool
 	headers bool
 	near    float64 // rls.near_limit_ratio
+	window  Window  // rls.window
 	limits  Limits
 	tel     *Telemetry
+	now     func() time.Time // cuts the fixed windows
 }
 
 // Options are a Service's collaborators. The zero value works: an
@@ -52,6 +55,11 @@ type Options struct {
 	// Telemetry records one admission.rls span per call and the
 	// decision metrics. Nil records nothing.
 	Telemetry *Telemetry
+	// Now is the clock that cuts fixed windows (WindowFixed): a call's
+	// instant chooses its window, whose end the store then counts to.
+	// The store's own clock must agree with it, as the embedded store's
+	// does when both read the host's. Nil means time.Now.
+	Now func() time.Time
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -65,8 +73,11 @@ func NewService(cfg Config, rules *Rules, o Options) (*Service, error) {
 	if o.Store == nil {
 		o.Store = ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{})
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	s := &Service{store: o.Store, shadow: cfg.Shadow, headers: cfg.ResponseHeaders, near: cfg.NearLimitRatio,
-		limits: cfg.Limits, tel: o.Telemetry.orNop(o.Logger)}
+		window: cfg.Window, limits: cfg.Limits, tel: o.Telemetry.orNop(o.Logger), now: o.Now}
 	s.rules.Store(rules)
 	return s, nil
 }
@@ -79,11 +90,12 @@ func (s *Service) Rules() *Rules { return s.rules.Load() }
 
 // verdict is one descriptor's decision.
 type verdict struct {
-	node *node
-	rule *rule   // nil: not limited
-	cost float64 // zero: a check (hits_addend 0), never charged
-	res  ratelimit.Result
-	over bool // over the limit, before shadow mode
+	node  *node
+	rule  *rule           // nil: not limited
+	limit ratelimit.Limit // the rule's, for this call (Service.limitAt)
+	cost  float64         // zero: a check (hits_addend 0), never charged
+	res   ratelimit.Result
+	over  bool // over the limit, before shadow mode
 	// shadow is the descriptor's own shadow_mode (rls.shadow is the
 	// Service's; shadowed is either).
 	shadow  bool
@@ -144,15 +156,27 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 	// Classify; read the checks; then charge every other limited
 	// descriptor's bucket at once.
 	var pending, checks []int // verdicts whose buckets the store is asked to charge, or only read
+	var now time.Time         // read when a fixed window needs it (limitAt)
 	for i := range vs {
 		v := &vs[i]
 		switch {
 		case v.rule == nil:
+			continue
 		case v.rule.unlimited, v.rule.configuredName != "" && replaced[v.rule.configuredName]:
 			v.outcome = OutcomeUnlimited
+			continue
+		}
+		v.limit = s.limitAt(v.rule, &now)
+		switch {
 		case v.rule.requestsPerUnit == 0:
-			// A limit of zero refuses everything; no bucket to ask.
-			v.res = ratelimit.Result{RetryAfter: v.rule.window, ResetAfter: v.rule.window}
+			// A limit of zero refuses everything; no bucket to ask. The
+			// wait is one unit (a bucket's refill), or in a fixed window
+			// the time to its end, as envoyproxy/ratelimit tells it.
+			wait := v.rule.window
+			if v.limit.Fixed() {
+				wait = untilEnd(v.limit, now)
+			}
+			v.res = ratelimit.Result{RetryAfter: wait, ResetAfter: wait}
 			v.over = true
 		case v.cost == 0:
 			checks = append(checks, i)
@@ -161,7 +185,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		}
 	}
 	if len(checks) > 0 { // so tree is not nil
-		s.check(req, tree.tag, vs, checks)
+		s.check(req, tree.tag, vs, checks, now)
 	}
 	// A refusal known before any charge (an enforced limit of zero or
 	// check over, or every quota over among them) charges nothing, as
