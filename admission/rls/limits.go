@@ -78,7 +78,17 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// serverOptions are the gRPC server's bounds of l (with its defaults).
+// serverOptions are the gRPC server's bounds of l (with its defaults),
+// and its stream workers.
 func (l Limits) serverOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(l.MaxRequestBytes), grpc.MaxConcurrentStreams(l.MaxConcurrentStreams)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(l.MaxRequestBytes), grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
+		grpc.NumStreamWorkers(streamWorkers)}
 }
+
+// streamWorkers is how many goroutines the gRPC server keeps to run calls
+// on. Without them each call runs on a new goroutine, whose stack grows,
+// copied each time, to the depth of a Redis call (the store's pipeline,
+// go-redis's writer) on every call: a worker keeps its grown stack. A call
+// that finds every worker busy still runs at once, on a new goroutine.
+// Idle, a worker is a parked goroutine with its stack, a few KiB.
+const streamWorkers = 256
