@@ -159,7 +159,8 @@ type compiled struct {
 	flows map[*tenant.Tenant]*[3]string
 	// limitScopes holds each tenant's limits' bucket scopes, in the order
 	// of its Limits: "limit/NAME", apart from the groups' scopes (a
-	// group's name holds no '/').
+	// group's name holds no '/'), and a fixed window's cut after '@'
+	// ("limit/daily@day/Europe/Berlin", tenant.Window.Key).
 	limitScopes map[*tenant.Tenant][]string
 	// limitWindows holds each tenant's limits' calendars, in the same
 	// order: the zero Calendar for a token bucket. Nil for a tenant whose
@@ -254,10 +255,11 @@ func (c *Config) compile(reg *tenant.Registry) (*compiled, error) {
 		out.limitScopes = make(map[*tenant.Tenant][]string, len(reg.Tenants()))
 		for _, t := range reg.Tenants() {
 			for i, l := range t.Limits {
-				out.limitScopes[t] = append(out.limitScopes[t], "limit/"+l.Name)
 				if l.Window.IsZero() {
+					out.limitScopes[t] = append(out.limitScopes[t], "limit/"+l.Name)
 					continue
 				}
+				out.limitScopes[t] = append(out.limitScopes[t], "limit/"+l.Name+"@"+l.Window.Key())
 				cal, err := l.Window.Calendar()
 				if err != nil {
 					errs = append(errs, fmt.Errorf("tenant %s's limits.%s.time_zone: %w", t.ID, l.Name, err))

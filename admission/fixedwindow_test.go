@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,37 @@ func TestWindowConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.limit, err, tc.want)
 		}
+	}
+}
+
+// TestReloadShorterWindowCountsAfresh: a monthly window made a daily one
+// by a reload starts a fresh count; the month's would otherwise refuse
+// every day until the month ended.
+func TestReloadShorterWindowCountsAfresh(t *testing.T) {
+	regOf := func(spec string) *tenant.Registry {
+		var l tenant.LimitConfig
+		if err := yaml.Unmarshal([]byte(spec), &l); err != nil {
+			t.Fatal(err)
+		}
+		return testRegistryOf(t, withStarter(testTenants(5), func(tc *tenant.TierConfig) { tc.Limits = []tenant.LimitConfig{l} }))
+	}
+	g, clk := clockedGate(t, testConfig(), regOf(`{name: quota, burst: 30, per: month, window: fixed}`))
+	clk.Advance(25 * time.Hour) // 2026-12-01 01:00 UTC
+	me := req("start-key", "GET", "/api/v1/users/me")
+	for i := range 30 {
+		if i%20 == 19 {
+			clk.Advance(5 * time.Second)
+		}
+		mustCheck(t, g, me)
+	}
+	if d := mustCheck(t, g, me); d.Allowed {
+		t.Fatalf("31st request of the month admitted: %+v", d)
+	}
+	if err := g.Reload(context.Background(), testConfig(), regOf(`{name: quota, burst: 30, per: day, window: fixed}`)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(48 * time.Hour)
+	if d := mustCheck(t, g, me); !d.Allowed {
+		t.Errorf("two days after the month became a day: refused, retry after %v", d.RetryAfter)
 	}
 }

@@ -93,6 +93,17 @@ func (w Window) Calendar() (ratelimit.Calendar, error) {
 	return ratelimit.In(w.Unit, loc), nil
 }
 
+// Key names w's cut of the timeline ("day/Europe/Berlin", "1h0m0s"): a
+// limit's windows are counted under it, so a reload that cuts them
+// otherwise (a month made a day, another zone) starts a fresh count rather
+// than carrying the old window's into shorter ones until it ends.
+func (w Window) Key() string {
+	if w.Unit == 0 {
+		return w.Every.String()
+	}
+	return w.Unit.String() + "/" + cmpOr(w.TimeZone, "UTC")
+}
+
 // String describes w ("a day from midnight in Europe/Berlin").
 func (w Window) String() string {
 	switch {

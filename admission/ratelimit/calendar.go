@@ -148,13 +148,26 @@ func (c Calendar) Limit(burst float64, now time.Time) Limit {
 // of range values normalized, as time.Date does) in loc. Where the zone's
 // clock skips midnight (a DST change at 00:00, as in São Paulo until
 // 2019), time.Date may give an instant of the day before: the day starts
-// at the change.
+// at the change. Where it shows midnight twice (clocks back from 01:00 to
+// 00:00, as in Amman until 2021), time.Date may give the second: the day
+// starts at the first.
 func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
 	y, m, d = time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Date()
 	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
 	if ty, tm, td := t.Date(); ty != y || tm != m || td != d {
 		if _, end := t.ZoneBounds(); !end.IsZero() {
 			return end
+		}
+		return t
+	}
+	if start, _ := t.ZoneBounds(); !start.IsZero() && t.Sub(start) < 24*time.Hour {
+		_, now := t.Zone()
+		if _, before := start.Add(-time.Nanosecond).Zone(); before > now {
+			// The same clock reading under the earlier offset.
+			e := t.Add(-time.Duration(before-now) * time.Second)
+			if ey, em, ed := e.Date(); e.Before(start) && ey == y && em == m && ed == d && e.Hour() == 0 && e.Minute() == 0 {
+				return e
+			}
 		}
 	}
 	return t

@@ -47,6 +47,9 @@ func TestCalendarBounds(t *testing.T) {
 		{"Berlin's year", In(Year, berlin), "2026-12-31T23:30:00Z", "2026-12-31T23:00:00Z", "2027-12-31T23:00:00Z"},
 		{"Kolkata's hour starts at :30 UTC", In(Hour, kolkata), "2026-12-04T10:15:00Z", "2026-12-04T09:30:00Z", "2026-12-04T10:30:00Z"},
 		{"a UTC second", In(Second, nil), "2026-12-04T10:15:00.999Z", "2026-12-04T10:15:00Z", "2026-12-04T10:15:01Z"},
+		// Amman's clocks went back from 01:00 to 00:00 on 2021-10-29:
+		// the day starts at the first midnight, 21:00 UTC.
+		{"Amman's day with two midnights", In(Day, mustZone(t, "Asia/Amman")), "2021-10-28T22:30:00Z", "2021-10-28T21:00:00Z", "2021-10-29T22:00:00Z"},
 		{"before the epoch", Every(time.Minute), "1969-12-31T23:59:30Z", "1969-12-31T23:59:00Z", "1970-01-01T00:00:00Z"},
 	}
 	for _, tt := range tests {
@@ -62,7 +65,7 @@ func TestCalendarBounds(t *testing.T) {
 // minute at a time: every window holds its instant, and the next window
 // starts where the last ended.
 func TestCalendarBoundsHoldT(t *testing.T) {
-	for _, loc := range []*time.Location{mustZone(t, "Europe/Berlin"), mustZone(t, "Asia/Kolkata"), mustZone(t, "America/Sao_Paulo")} {
+	for _, loc := range []*time.Location{mustZone(t, "Europe/Berlin"), mustZone(t, "Asia/Kolkata"), mustZone(t, "America/Sao_Paulo"), mustZone(t, "Asia/Amman"), mustZone(t, "Asia/Gaza")} {
 		for u := Second; u <= Year; u++ {
 			c := In(u, loc)
 			at := time.Date(2018, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -110,7 +113,7 @@ func TestFixedWindowTakes(t *testing.T) {
 		t.Fatalf("Tokens = %v, want 0", got)
 	}
 	// The window is forgotten once it is over.
-	s.Sweep(s.Clock() + int64(time.Minute))
+	s.Sweep(s.Clock() + int64(2*time.Minute)) // its end, and the grace for a clock stepped back
 	if s.Len() != 0 {
 		t.Fatalf("%d entries after the window ended", s.Len())
 	}
@@ -143,5 +146,24 @@ func TestFixedWindowAllOrNothing(t *testing.T) {
 	r, _ := s.Take(context.Background(), BucketKey{Tenant: "acme", Scope: "daily"}, Limit{Rate: 1, Burst: 2}, 2)
 	if !r.Allowed {
 		t.Fatalf("a window turned bucket: %+v, want a full bucket", r)
+	}
+}
+
+// TestFixedWindowWallBehindStore: the gate's clock, stepped back two
+// seconds since the store began, cuts windows that end after the store's
+// reckoning of them; the window's entry is kept past its end, so a
+// window of one admits one.
+func TestFixedWindowWallBehindStore(t *testing.T) {
+	storeNow := time.Date(2026, 1, 1, 0, 0, 59, 0, time.UTC)
+	s := NewMemoryStore(MemoryStoreOptions{Now: func() time.Time { return storeNow }, SweepInterval: time.Millisecond})
+	c, k, admitted := Every(time.Minute), BucketKey{Tenant: "t", Scope: "m"}, 0
+	for range 19 {
+		storeNow = storeNow.Add(100 * time.Millisecond)
+		if r, _ := s.Take(context.Background(), k, c.Limit(1, storeNow.Add(-2*time.Second)), 1); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("a window of 1 admitted %d within one of the gate's minutes", admitted)
 	}
 }

@@ -60,6 +60,10 @@ type memEntry struct {
 	fixed bool
 }
 
+// windowGrace is how long a fixed window's entry outlives its end (see
+// memEntry.take).
+const windowGrace = int64(time.Minute)
+
 // newEntry returns the entry of k first seen at now under l.
 func newEntry(k BucketKey, l Limit, now int64) *memEntry {
 	if l.Fixed() {
@@ -88,7 +92,10 @@ func (e *memEntry) take(l Limit, now, wall int64, cost float64) Result {
 	var r Result
 	if l.Fixed() {
 		e.b, r = e.b.takeFixed(l, wall, cost)
-		e.fullAt = max(e.fullAt, now+max(e.b.last-wall, 0)) // the window's end
+		// The window's end, and a minute more: the gate's clock cut the
+		// window, and a wall clock stepped back since the store began
+		// leaves the gate's end later than the store's reckoning of it.
+		e.fullAt = max(e.fullAt, now+max(e.b.last-wall, 0)+windowGrace)
 		return r
 	}
 	if e.b, r = e.b.take(l, now, cost); r.Allowed {

@@ -49,11 +49,14 @@ local function loadWindow(key, wend)
 end
 
 -- storeWindow writes used at key for the window ending at wend (µs), with
--- a TTL until then, counted from Redis's clock at now: in whole ms, at
--- least 1 and below the 1e17 from which Lua prints a number in exponent
--- form (PX wants an integer), as store's.
+-- a TTL until then and a minute more, counted from Redis's clock at now:
+-- in whole ms, and below the 1e17 from which Lua prints a number in
+-- exponent form (PX wants an integer), as store's. The minute is for a
+-- gateway whose clock is behind Redis's: its window is not over yet when
+-- Redis's is, and a key gone at Redis's end would make each of its takes
+-- a fresh window until its own clock got there.
 local function storeWindow(key, used, wend, now)
-  local ttl = math.min(math.max(math.ceil((wend - now) / 1000), 1), 1e15)
+  local ttl = math.min(math.max(math.ceil((wend - now) / 1000), 0) + 60000, 1e15)
   redis.call('SET', key, struct.pack('<dd', used, wend), 'PX', ttl)
 end
 
