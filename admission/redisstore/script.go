@@ -134,15 +134,21 @@ func decodeTake(v any, takes []ratelimit.Take, res []ratelimit.Result) (int64, e
 		if err != nil {
 			return 0, err
 		}
-		// Below zero is sync mode's debt (sync.lua): nothing remains.
-		r := ratelimit.Result{Allowed: allowed == 1, Remaining: max(0, tokens)}
-		if !r.Allowed {
-			r.RetryAfter = secondsToDuration((t.Cost - tokens) / t.Limit.Rate)
-		}
-		r.ResetAfter = secondsToDuration((t.Limit.Burst - tokens) / t.Limit.Rate)
-		res[i] = r
+		res[i] = bucketResult(t, tokens, allowed == 1)
 	}
 	return now, nil
+}
+
+// bucketResult is the Result of take t, allowed or not, from a bucket
+// holding tokens, by the embedded store's arithmetic.
+func bucketResult(t ratelimit.Take, tokens float64, allowed bool) ratelimit.Result {
+	// Below zero is sync mode's debt (sync.lua): nothing remains.
+	r := ratelimit.Result{Allowed: allowed, Remaining: max(0, tokens)}
+	if !allowed {
+		r.RetryAfter = secondsToDuration((t.Cost - tokens) / t.Limit.Rate)
+	}
+	r.ResetAfter = secondsToDuration((t.Limit.Burst - tokens) / t.Limit.Rate)
+	return r
 }
 
 // decodeDouble decodes a script's struct.pack '<d' number.
@@ -177,9 +183,18 @@ func secondsToDuration(s float64) time.Duration {
 	return time.Duration(math.Ceil(s * 1e9))
 }
 
-// validTake reports whether l and cost are positive finite numbers, and
-// l's End, when set (a fixed window), an instant after the epoch.
+// validTake reports whether l is valid (validLimit) and cost a positive
+// finite number.
 func validTake(l ratelimit.Limit, cost float64) bool {
-	ok := func(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
-	return ok(l.Rate) && ok(l.Burst) && ok(cost) && l.End >= 0
+	return validLimit(l) && positiveFinite(cost)
 }
+
+// validLimit reports whether l's rate and burst are positive finite
+// numbers, and its End, when set (a fixed window), an instant after the
+// epoch.
+func validLimit(l ratelimit.Limit) bool {
+	return positiveFinite(l.Rate) && positiveFinite(l.Burst) && l.End >= 0
+}
+
+// positiveFinite reports whether x > 0 and finite (NaN is neither).
+func positiveFinite(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
