@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,6 +105,10 @@ type Gate struct {
 	waits      counterSet
 	recent     *recentRejections
 
+	// settleNonce and settleSeq name settlements (settleID).
+	settleNonce string
+	settleSeq   atomic.Uint64
+
 	shadowLogEvery time.Duration
 	shadowMu       sync.Mutex
 	shadowLast     map[string]time.Time // guarded by shadowMu: tenant ID → its last shadow log line
@@ -136,7 +141,7 @@ func New(cfg Config, reg *tenant.Registry, o Options) (*Gate, error) {
 	g := &Gate{store: o.Store, now: o.Now, epoch: o.Now(), log: o.Logger,
 		unauth: ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: given}), caps: bulkhead.NewCaps(),
 		shadowLogEvery: o.ShadowLogEvery, shadowLast: make(map[string]time.Time), rules: allGateRules,
-		recent: newRecentRejections(o.RecentRejections), realClock: realClock}
+		recent: newRecentRejections(o.RecentRejections), realClock: realClock, settleNonce: rand.Text()[:13] + "-"}
 	g.backstop, _ = o.Store.(ratelimit.BackstopStore)
 	g.fleet, _ = o.Store.(ratelimit.FleetStore)
 	_, embedded := o.Store.(*ratelimit.MemoryStore)

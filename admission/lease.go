@@ -57,6 +57,9 @@ type Lease struct {
 	// refused: StartUpstream found the adaptive limit reached; the
 	// request was rejected after all.
 	refused bool
+	// settle is what settles the request's usage at Release, when its
+	// route settles and the reserve was charged.
+	settle pendingSettle
 }
 
 // Lease returns what the admitted request holds. It is the lease of d
@@ -113,7 +116,7 @@ func (l *Lease) AnsweredStatus(status int) {
 	if status != 0 {
 		l.observeUpstream(status)
 	}
-	l.answered = true
+	l.answered, l.settle.status = true, status
 	l.permit.Record()
 	l.unreserve()
 	if l.shed != nil {
@@ -161,6 +164,11 @@ func (l *Lease) Release() {
 	if !l.answered {
 		l.permit.Drop()
 		l.unreserve()
+	} else if l.settle.st != nil {
+		// Answered: what the request used is known (a request the
+		// upstream never answered keeps its reserve, as a refused one
+		// keeps its cost).
+		l.g.settleRequest(l)
 	}
 	l.fairSeat.Release()
 	l.seat.Release()

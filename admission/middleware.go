@@ -105,6 +105,9 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			if p != nil && call == upstreamIsNext {
 				lease.UpstreamFailed() // the handler, the upstream here, did not answer
 			}
+			if name, trailer, ok := lease.SettleField(); ok {
+				lease.ReportUsage(usageOf(w.Header(), name, trailer))
+			}
 			lease.Release()
 			abort := p != nil && g.handlerPanicked(tw, p, reqID)
 			red.Decided(dp) // after the upstream call, which the adaptive limit may have refused

@@ -76,7 +76,7 @@ func (g *Gate) takeQuotas(ctx context.Context, c *compiled, d *Decision) error {
 	t, r := d.Tenant, d.Route
 	gq, grouped := t.Groups[r.Group]
 	grouped = grouped && r.Group != ""
-	if ms, ok := g.store.(ratelimit.MultiStore); ok && (grouped || len(t.Limits) > 0 || t.Mode != tenant.ModeStore) {
+	if ms, ok := g.store.(ratelimit.MultiStore); ok && (grouped || len(t.Limits) > 0 || t.Mode != tenant.ModeStore || r.settle != nil) {
 		return g.takeAll(ctx, c, ms, d, gq, grouped)
 	}
 	if grouped {
@@ -256,6 +256,11 @@ func (g *Gate) takeAll(ctx context.Context, c *compiled, ms ratelimit.MultiStore
 		}
 	}
 	d.NQuotas = n
+	if worst < 0 && r.settle != nil && !uncharged(res) {
+		// Charged: settled at Release, on the same buckets.
+		d.lease.settle.st, d.lease.settle.n, d.lease.settle.takes = r.settle, n, new([MaxQuotas]ratelimit.Take)
+		copy(d.lease.settle.takes[:], takes[:n])
+	}
 	switch {
 	case worst < 0:
 	case worst >= firstLimit:

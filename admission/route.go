@@ -50,6 +50,15 @@ type RouteConfig struct {
 	// counted (outcome exempt) and traced. Keep such routes cheap: nothing
 	// shared protects the upstream from them.
 	Exempt bool `yaml:"exempt"`
+	// Settle makes the route's cost the upstream's usage: the reserve
+	// is taken at admission, the difference settled once it answered
+	// (see SettleConfig). Cost is then unset.
+	Settle *SettleConfig `yaml:"settle"`
+	// ChargeOnStatus charges the route's cost (or settled usage) only
+	// when the upstream answers one of these statuses, and refunds it
+	// otherwise: charge_on_status: [401, 403] makes failed logins cost
+	// and successful ones free.
+	ChargeOnStatus []StatusRange `yaml:"charge_on_status"`
 }
 
 // RouteAuth is what a route asks of a request's credentials.
@@ -94,6 +103,8 @@ type Route struct {
 	Shadow bool
 	// Exempt: the route's requests pass the shared layers (RouteConfig.Exempt).
 	Exempt bool
+	// settle is the route's settlement; nil when its cost is fixed.
+	settle *settlement
 	// class is the route's latency class for the adaptive limit: its
 	// index in the config from 1; 0 for unmatched requests.
 	class int
@@ -119,7 +130,10 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 	if !strings.HasPrefix(rc.Path, "/") {
 		return nil, fmt.Errorf("%s.path: must start with '/' (got %q)", f, rc.Path)
 	}
-	cost := rc.Cost
+	st, cost, err := compileSettle(f, rc)
+	if err != nil {
+		return nil, err
+	}
 	if cost == 0 {
 		cost = 1
 	}
@@ -127,7 +141,7 @@ func compileRoute(rc RouteConfig, i int) (*Route, error) {
 		return nil, fmt.Errorf("%s.cost: must be >= 1 (tokens)", f)
 	}
 	r := &Route{Name: m + " " + rc.Path, Method: m, Template: rc.Path, Cost: cost, class: i + 1,
-		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone, Shadow: rc.Shadow, Exempt: rc.Exempt}
+		Criticality: rc.Criticality, Group: rc.Group, Pool: rc.Pool, Anonymous: rc.Auth == AuthNone, Shadow: rc.Shadow, Exempt: rc.Exempt, settle: st}
 	if rc.Auth > AuthNone {
 		return nil, fmt.Errorf("%s.auth: unknown value %d (key or none)", f, rc.Auth)
 	}

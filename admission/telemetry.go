@@ -197,7 +197,8 @@ type Metrics struct {
 	// store's Options.OnBreakerChange hook sets it (see SetBreakerState).
 	StoreBreaker *prometheus.GaugeVec
 
-	red *red // the RED families (red.go)
+	red    *red           // the RED families (red.go)
+	settle *settleMetrics // settled routes' families (settlemetrics.go)
 
 	storeOnce sync.Once // RegisterStore
 	storeErr  error
@@ -268,6 +269,7 @@ func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, erro
 			Help: "1 for the shared store's circuit breaker's current state (closed, half_open, open).",
 		}, []string{"state"}),
 		red:      newRED(o.NativeHistograms),
+		settle:   newSettleMetrics(),
 		counters: map[decisionLabels]prometheus.Counter{},
 		rejected: map[rejectLabels]prometheus.Counter{},
 	}
@@ -278,7 +280,7 @@ func NewMetricsWith(reg prometheus.Registerer, o MetricsOptions) (*Metrics, erro
 			m.StorePolicy.WithLabelValues(p, c)
 		}
 	}
-	for _, c := range append([]prometheus.Collector{m.decisions, m.rejects, m.queueWait}, m.red.collectors()...) {
+	for _, c := range append(append([]prometheus.Collector{m.decisions, m.rejects, m.queueWait}, m.red.collectors()...), m.settle.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

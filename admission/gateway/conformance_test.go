@@ -116,6 +116,7 @@ var conformanceChecks = []conformanceCheck{
 	{name: "a request's trailers never reach the upstream", check: checkRequestTrailers},
 	{name: "an announced body over max_body_bytes is refused before it is read", check: checkBodyOverLimit},
 	{name: "every answer is in the RED metrics", upstream: redUpstream, checkServer: checkREDMetrics},
+	{name: "a settled route charges what the upstream says it used", mutate: settledRoutes, upstream: settledUpstream, check: checkSettled},
 }
 
 func checkRequestTrailers(base string, up *recorder) error {

@@ -298,6 +298,7 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	}
 	upstreamStatus(uctx, up.StatusCode())
 	lease.AnsweredStatus(up.StatusCode())
+	reportFastUsage(lease, &up.Header)
 	up.Header.Del("Connection")
 	up.Header.Del("Keep-Alive")
 	renameFastRateLimit(&up.Header)
@@ -329,6 +330,20 @@ func (e *fastEdge) exchange(rc *fasthttp.RequestCtx, x *fastExchange) (streams b
 	// client, whose connection stays open.
 	rc.Response.SetBodyStream(&x.body, max(up.Header.ContentLength(), -1))
 	return true
+}
+
+// reportFastUsage gives lease the usage field of the upstream's answer h
+// when its route settles by one: a header at the head, a trailer once the
+// body has been read (fasthttp keeps trailers among the header's fields),
+// as the net/http engine reads them from the answer's header after the
+// proxy returns (admission's usageOf). A field not there yet leaves what
+// an earlier read found.
+func reportFastUsage(lease *admission.Lease, h *fasthttp.ResponseHeader) {
+	if name, _, ok := lease.SettleField(); ok {
+		if v := h.Peek(name); len(v) > 0 {
+			lease.ReportUsage(string(v))
+		}
+	}
 }
 
 // upstreamBody is an upstream response's body as the client's response
@@ -369,6 +384,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 
 func (b *upstreamBody) Close() error {
 	b.x.red.Answered(b.up.StatusCode())
+	reportFastUsage(&b.lease, &b.up.Header) // the trailers have come, if the body has
 	fasthttp.ReleaseResponse(b.up)
 	b.lease.Release()
 	x, pool := b.x, b.pool

@@ -49,7 +49,7 @@ func (b bucket) take(l Limit, now int64, cost float64) (bucket, Result) {
 // does already: a TakeAll refused by another bucket).
 func denial(l Limit, tokens, cost float64) Result {
 	return Result{
-		Remaining:  tokens,
+		Remaining:  max(tokens, 0), // a bucket a settlement took into debt holds none
 		RetryAfter: secondsToDuration((cost - tokens) / l.Rate),
 		ResetAfter: secondsToDuration((l.Burst - tokens) / l.Rate),
 	}

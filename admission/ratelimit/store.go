@@ -60,6 +60,12 @@ type Result struct {
 	// takes are not known here). Remaining and ResetAfter then say
 	// nothing sure about the bucket, and a client must not be told them.
 	StateUnknown bool
+	// Uncharged is true when the store admitted without taking the cost
+	// from the shared bucket: a failure policy that admits (fail_open),
+	// or one that charged this instance's share in process (Redis's
+	// local). What the request used is then not settled (Settler): a
+	// refund would give back tokens the bucket never lost.
+	Uncharged bool
 }
 
 // ErrInvalidTake is wrapped by a store's error for a take whose limit or

@@ -310,7 +310,7 @@ func (s *Store) fallback(takes []ratelimit.Take, res []ratelimit.Result, cause e
 	case FailOpen:
 		// Admitted without reading the buckets: their state is not known.
 		for i := range takes {
-			res[i] = ratelimit.Result{Allowed: true, StateUnknown: true}
+			res[i] = ratelimit.Result{Allowed: true, StateUnknown: true, Uncharged: true}
 		}
 		return out, nil
 	case FailClosed:
@@ -332,7 +332,7 @@ func (s *Store) fallback(takes []ratelimit.Take, res []ratelimit.Result, cause e
 	// With several instances each holds a share: its tokens are not the
 	// quota's (see ratelimit.Result.StateUnknown).
 	for i := range res {
-		res[i].StateUnknown = s.Instances() > 1
+		res[i].StateUnknown, res[i].Uncharged = s.Instances() > 1, true
 	}
 	return out, nil
 }

@@ -1,0 +1,163 @@
+package admission
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fairgate/fairgate/admission/ratelimit"
+	"github.com/fairgate/fairgate/internal/fakeclock"
+)
+
+// settledGate is a gate on a fake clock whose POST /v1/complete settles
+// by X-Usage-Tokens (reserve 2, max 100) and whose POST /login costs 3 on
+// a 401 alone; the starter tier's bucket is 25 tokens at 5 a second.
+func settledGate(t *testing.T) (*Gate, *ratelimit.MemoryStore, *fakeclock.Clock) {
+	t.Helper()
+	var routes []RouteConfig
+	if err := yaml.Unmarshal([]byte(`
+- {method: POST, path: /v1/complete, settle: {from: header, name: x-usage-tokens, reserve: 2, max: 100}}
+- {method: POST, path: /v1/stream, settle: {from: trailer, name: X-Usage-Tokens, reserve: 2}}
+- {method: POST, path: /login, cost: 3, charge_on_status: [401, 403]}
+`), &routes); err != nil {
+		t.Fatal(err)
+	}
+	clk := fakeclock.New()
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now})
+	g, err := New(Config{Routes: routes}, testRegistry(t), Options{Now: clk.Now, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, store, clk
+}
+
+// serve sends one request of start-key to path through g's middleware, to
+// a handler that answers status with the headers (and trailers) given.
+func serve(g *Gate, path string, status int, header, trailer map[string]string) *httptest.ResponseRecorder {
+	h := g.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range header {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(status)
+		w.Write([]byte("data: done\n\n"))
+		for k, v := range trailer {
+			w.Header().Set(http.TrailerPrefix+k, v)
+		}
+	}))
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("POST", path, strings.NewReader(""))
+	r.Header.Set("X-API-Key", "start-key")
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func tenantTokens(s *ratelimit.MemoryStore) float64 {
+	return s.Tokens(ratelimit.BucketKey{Tenant: "initech"}, ratelimit.Limit{Rate: 5, Burst: 25})
+}
+
+// TestSettleChargesWhatWasUsed: the reserve is taken at admission and the
+// upstream's usage settled once it answered, from a header or a trailer;
+// an answer without it is charged the reserve; max bounds the charge.
+func TestSettleChargesWhatWasUsed(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		path            string
+		header, trailer map[string]string
+		want            float64
+	}{
+		{"header", "/v1/complete", map[string]string{"X-Usage-Tokens": "12"}, nil, 25 - 12},
+		{"header below the reserve", "/v1/complete", map[string]string{"X-Usage-Tokens": "0.5"}, nil, 25 - 0.5},
+		{"trailer", "/v1/stream", nil, map[string]string{"X-Usage-Tokens": "7"}, 25 - 7},
+		{"no usage: the reserve", "/v1/complete", nil, nil, 25 - 2},
+		{"unparsable usage: the reserve", "/v1/complete", map[string]string{"X-Usage-Tokens": "lots"}, nil, 25 - 2},
+		{"a header for a trailer route is read too", "/v1/stream", map[string]string{"X-Usage-Tokens": "9"}, nil, 25 - 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, store, _ := settledGate(t)
+			if w := serve(g, tc.path, http.StatusOK, tc.header, tc.trailer); w.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+			if got := tenantTokens(store); math.Abs(got-tc.want) > 1e-9 {
+				t.Fatalf("the tenant's bucket holds %v after settling, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSettleDebt: a request that used more than its bucket held takes it
+// into debt, at most the burst (max bounds one request's charge first),
+// and the tenant is refused until the refill has repaid it, with a
+// Retry-After that says when.
+func TestSettleDebt(t *testing.T) {
+	g, store, clk := settledGate(t)
+	serve(g, "/v1/complete", http.StatusOK, map[string]string{"X-Usage-Tokens": "5000"}, nil)
+	// Charged max (100) of a 25-token bucket: 25 − 100, held at −25; a
+	// bucket in debt shows no tokens.
+	if got := tenantTokens(store); got != 0 {
+		t.Fatalf("after a request of 5000 (max 100): %v tokens, want none", got)
+	}
+	w := serve(g, "/v1/complete", http.StatusOK, nil, nil)
+	// The reserve of 2 needs 27 tokens of refill at 5 a second: 5.4 s
+	// (without the floor at −25, a debt of 75 would take 15.4 s).
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "6" {
+		t.Fatalf("in debt: %d, Retry-After %q; want 429 after 6 s", w.Code, w.Header().Get("Retry-After"))
+	}
+	clk.Advance(5400 * time.Millisecond)
+	if w := serve(g, "/v1/complete", http.StatusOK, map[string]string{"X-Usage-Tokens": "1"}, nil); w.Code != http.StatusOK {
+		t.Fatalf("debt repaid: %d, want 200", w.Code)
+	}
+}
+
+// TestChargeOnStatus: a login is charged on a 401 or 403 alone, so a
+// credential-stuffing client runs out of attempts and a user who logs in
+// does not.
+func TestChargeOnStatus(t *testing.T) {
+	g, store, _ := settledGate(t)
+	for range 20 {
+		if w := serve(g, "/login", http.StatusOK, nil, nil); w.Code != http.StatusOK {
+			t.Fatalf("a successful login refused: %d", w.Code)
+		}
+	}
+	if got := tenantTokens(store); got != 25 {
+		t.Fatalf("20 successful logins left %v tokens, want 25 (each refunded)", got)
+	}
+	codes := map[int]int{}
+	for range 10 {
+		codes[serve(g, "/login", http.StatusUnauthorized, nil, nil).Code]++
+	}
+	// 25 tokens at 3 a failure: 8 failures, then refused.
+	if codes[http.StatusUnauthorized] != 8 || codes[http.StatusTooManyRequests] != 2 {
+		t.Fatalf("10 failed logins: %v, want 8 answered and 2 refused", codes)
+	}
+}
+
+// TestSettleConfigErrors: what compile refuses of settle names the field.
+func TestSettleConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ route, want string }{
+		{`{method: POST, path: /c, settle: {from: body, name: X-U, reserve: 2}}`, `routes[0].settle.from: must be header or trailer, got "body"`},
+		{`{method: POST, path: /c, settle: {from: header, name: "X U", reserve: 2}}`, `routes[0].settle.name: must be a header field's name`},
+		{`{method: POST, path: /c, cost: 3, settle: {from: header, name: X-U, reserve: 2}}`, `routes[0].cost: a settled route takes settle.reserve at admission: delete cost`},
+		{`{method: POST, path: /c, settle: {from: header, name: X-U}}`, `routes[0].settle.reserve: must be >= 1`},
+		{`{method: POST, path: /c, settle: {from: header, name: X-U, reserve: 5, max: 2}}`, `routes[0].settle.max: must be at least settle.reserve (5)`},
+		{`{method: POST, path: /c, auth: none, charge_on_status: [401]}`, `routes[0]: a route with auth: none charges no tenant`},
+		{`{method: POST, path: /c, charge_on_status: []}`, `routes[0].charge_on_status: empty`},
+	} {
+		var rc RouteConfig
+		if err := yaml.Unmarshal([]byte(tc.route), &rc); err != nil {
+			t.Fatalf("%s: %v", tc.route, err)
+		}
+		_, err := New(Config{Routes: []RouteConfig{rc}}, testRegistry(t), Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.route, err, tc.want)
+		}
+	}
+	var rc RouteConfig
+	if err := yaml.Unmarshal([]byte(`{method: POST, path: /c, charge_on_status: [401, 99]}`), &rc); err == nil || !strings.Contains(err.Error(), `"99" is not a status`) {
+		t.Errorf("a status of 99: %v", err)
+	}
+}
