@@ -289,3 +289,47 @@ func TestERLDiffClassifyRemembered(t *testing.T) {
 	again.want, again.reason = "undocumented", ""
 	runClassify(t, newModel(f, false, false, allDocumented()), []classifyStep{spent, refilled, again})
 }
+
+// TestERLDiffClassifyCheckRefuses: on both stores a check (hits_addend 0)
+// whose bucket holds less than one token is over, and enforced it refuses
+// the request before anything is charged: the other descriptor is a bare
+// OK (over or not) and keeps its token, which ERL counts. The negative
+// controls, the same refusal by a check whose bucket has room and the
+// refusal once the doc no longer states it, are undocumented.
+func TestERLDiffClassifyCheckRefuses(t *testing.T) {
+	f, _ := parseERLFile([]byte(classifyConfig))
+	user := func() *commonrl.RateLimitDescriptor { return descOf([][2]string{{"user", "a"}}) }
+	team := func() *commonrl.RateLimitDescriptor { return descOf([][2]string{{"team", "t"}}) }
+	check := func() *commonrl.RateLimitDescriptor { return withHits(user(), 0) }
+	runClassify(t, newModel(f, false, false, allDocumented()), []classifyStep{
+		{name: "spent", req: rq(3, user()), erl: answer(okc, st(okc, 3, "", 0)), fg: answer(okc, st(okc, 3, "", 0)), want: "equal"},
+		{name: "a check over refuses, the team not charged", req: rq(1, check(), team()),
+			erl: answer(okc, st(okc, 3, "", 0), st(okc, 10, "", 9)), fg: answer(overc, st(overc, 3, "", 0), st(okc, 0, "", 0)),
+			want: "documented", reason: "check-over"},
+		{name: "the team kept its token", req: rq(1, team()), erl: answer(okc, st(okc, 10, "", 8)), fg: answer(okc, st(okc, 10, "", 9)), want: "documented", reason: "check-over"},
+	})
+	// The other descriptor over too: not asked, so a bare OK, where ERL
+	// counts it over.
+	runClassify(t, newModel(f, false, false, allDocumented()), []classifyStep{
+		{name: "user spent", req: rq(3, user()), erl: answer(okc, st(okc, 3, "", 0)), fg: answer(okc, st(okc, 3, "", 0)), want: "equal"},
+		{name: "team spent", req: rq(10, team()), erl: answer(okc, st(okc, 10, "", 0)), fg: answer(okc, st(okc, 10, "", 0)), want: "equal"},
+		{name: "a check over refuses, the team not asked", req: rq(1, check(), team()),
+			erl: answer(overc, st(okc, 3, "", 0), st(overc, 10, "", 0)), fg: answer(overc, st(overc, 3, "", 0), st(okc, 0, "", 0)),
+			want: "documented", reason: "check-over"},
+	})
+	runClassify(t, newModel(f, false, false, allDocumented()), []classifyStep{
+		{name: "a check with room refuses", req: rq(1, check(), team()),
+			erl: answer(okc, st(okc, 3, "", 3), st(okc, 10, "", 9)), fg: answer(overc, st(overc, 3, "", 0), st(okc, 0, "", 0)),
+			want: "undocumented"},
+	})
+	// Negative control: without the doc's sentence, the same refusal is
+	// undocumented.
+	docs := allDocumented()
+	delete(docs, "check-over")
+	runClassify(t, newModel(f, false, false, docs), []classifyStep{
+		{name: "spent", req: rq(3, user()), erl: answer(okc, st(okc, 3, "", 0)), fg: answer(okc, st(okc, 3, "", 0)), want: "equal"},
+		{name: "a check over refuses, undocumented", req: rq(1, check(), team()),
+			erl: answer(okc, st(okc, 3, "", 0), st(okc, 10, "", 9)), fg: answer(overc, st(overc, 3, "", 0), st(okc, 0, "", 0)),
+			want: "undocumented", wantNote: "check-over: not in docs/envoy.md"},
+	})
+}

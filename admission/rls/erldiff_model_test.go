@@ -260,11 +260,14 @@ func plainBucket(domain string, entries [][2]string) string {
 
 // variant is one reading of what others are changing in fairgate now.
 type variant struct {
-	// check is what a descriptor's hits_addend 0 does: "look" (OK
-	// without state: the Redis store) or "peek" (it takes nothing and is
-	// over below one token: the embedded store), both as docs/envoy.md
-	// says; or "one" (it costs 1, as the doc said before; undocumented
-	// now).
+	// check is what a descriptor's hits_addend 0 does: "peek", as
+	// docs/envoy.md says of both stores (it reads its bucket before the
+	// request's charges, takes nothing, and is over below one token; an
+	// enforced check over refuses the request, whose other descriptors
+	// are not asked); "look" (OK without state, as the Redis store
+	// answered before c68c8a0 and still does when Redis does not answer,
+	// which this test never has it do: undocumented here); or "one" (it
+	// costs 1, as the doc said before; undocumented now).
 	check string
 	// merged: descriptors with the same entries are one take of both
 	// costs (documented); else taken in order, as ERL counts them.
@@ -287,6 +290,9 @@ type take struct {
 	off    float64 // taken in order: what the earlier takes on the bucket took first
 	over   bool
 	paid   bool
+	// check: a check's read (it charges nothing, and reads the bucket
+	// before the request's charges).
+	check bool
 	// remembered: over only because the Redis store remembered an
 	// earlier refusal of the same take (rememberedDenial).
 	remembered bool
@@ -302,6 +308,8 @@ type candidate struct {
 	after  map[string][2]float64 // bucket → tokens after the call
 	// descBuckets are the descriptors' buckets, "" for one not taken.
 	descBuckets []string
+	// checkReads: the descriptor is a check that read its bucket.
+	checkReads []bool
 	// resets bound the descriptors' RateLimit-Reset in seconds: the
 	// refill time, or for one over the time its cost takes to come.
 	resets []float64
@@ -365,10 +373,11 @@ func (m *model) predict(req *rlsv3.RateLimitRequest, start, end time.Time) []*ca
 		b.refill(start, end)
 	}
 	var out []*candidate
-	// This test runs fairgate on its Redis store: a check there is "look"
-	// as docs/envoy.md says, which goes first (a tie goes to it).
-	for _, check := range []string{"look", "peek", "one"} {
-		if !hasCheck && check != "look" {
+	// This test runs fairgate on its Redis store, with Redis answering: a
+	// check there is "peek" as docs/envoy.md says, which goes first (a tie
+	// goes to it).
+	for _, check := range []string{"peek", "look", "one"} {
+		if !hasCheck && check != "peek" {
 			continue
 		}
 		for _, merged := range []bool{true, false} {
@@ -387,26 +396,27 @@ func (m *model) predict(req *rlsv3.RateLimitRequest, start, end time.Time) []*ca
 }
 
 func (m *model) candidates(ds []desc, v variant) []*candidate {
-	blocked := false // an enforced limit of zero refuses the request, asking no bucket
-	for _, d := range ds {
-		blocked = blocked || d.kind == kindZero && !d.shadow // its own shadow_mode: under rls.shadow, charged as enforced
-	}
 	var takes []*take
 	of := make([]int, len(ds)) // descriptor → take, -1 none
 	for i, d := range ds {
 		of[i] = -1
-		if d.kind != kindLimited || blocked || d.check && v.check == "look" {
+		if d.kind != kindLimited || d.check && v.check == "look" {
+			continue
+		}
+		if d.check && v.check == "peek" {
+			// A check reads its bucket before anything is charged, on
+			// its own: a question of one token, which takes nothing.
+			b := m.buckets[d.bucket]
+			of[i] = len(takes)
+			takes = append(takes, &take{b: b, key: d.bucket, need: 1, shadow: d.chargeShadow, check: true, lo: b.lo, hi: b.hi})
 			continue
 		}
 		need, charge := d.hits, d.hits
-		if d.check {
-			need, charge = 1, 0 // peek
-			if v.check == "one" {
-				charge = 1
-			}
+		if d.check { // "one"
+			need, charge = 1, 1
 		}
 		if v.merged {
-			if j := slices.IndexFunc(takes, func(t *take) bool { return t.key == d.bucket }); j >= 0 {
+			if j := slices.IndexFunc(takes, func(t *take) bool { return t.key == d.bucket && !t.check }); j >= 0 {
 				t := takes[j]
 				t.need, t.charge = t.need+need, t.charge+charge
 				t.shadow = t.shadow && d.chargeShadow
@@ -418,21 +428,34 @@ func (m *model) candidates(ds []desc, v variant) []*candidate {
 		of[i] = len(takes)
 		takes = append(takes, &take{b: b, key: d.bucket, need: need, charge: charge, shadow: d.chargeShadow, lo: b.lo, hi: b.hi})
 	}
-	if !v.merged { // each take sees the earlier ones' charges on its bucket
+	if !v.merged { // each take sees the earlier ones' charges on its bucket (a check reads before them all)
 		spent := map[string]float64{}
 		for _, t := range takes {
+			if t.check {
+				continue
+			}
 			t.off = spent[t.key]
 			t.lo, t.hi = t.lo-t.off, t.hi-t.off
 			spent[t.key] += t.charge
 		}
 	}
-	var unsure []int // takes the refill may or may not have made room for
-	for j, t := range takes {
-		if t.lo+eps < t.need && t.hi+eps >= t.need && len(unsure) < 4 {
-			unsure = append(unsure, j)
+	// The takes the refill may or may not have made room for: the checks
+	// first, which decide whether the others are asked at all.
+	var unsure []int
+	for _, checks := range []bool{true, false} {
+		for j, t := range takes {
+			if t.check == checks && t.lo+eps < t.need && t.hi+eps >= t.need && len(unsure) < 4 {
+				unsure = append(unsure, j)
+			}
 		}
 	}
-	remembered := len(takes) == 1 && len(unsure) == 0 && m.rememberedDenial(takes[0])
+	var charged []int // the takes that charge
+	for j, t := range takes {
+		if !t.check {
+			charged = append(charged, j)
+		}
+	}
+	remembered := len(charged) == 1 && len(unsure) == 0 && m.rememberedDenial(takes[charged[0]])
 	var out []*candidate
 	for mask := 0; mask < 1<<len(unsure); mask++ {
 		ts := make([]*take, len(takes))
@@ -448,14 +471,82 @@ func (m *model) candidates(ds []desc, v variant) []*candidate {
 			}
 			ts[j] = &c
 		}
-		out = append(out, m.render(ds, v, blocked, ts, of))
+		block := m.block(ds, ts, of)
+		if block == "" {
+			out = append(out, m.render(ds, v, block, ts, of))
+			continue
+		}
+		// Refused before any charge: only the checks were asked (their
+		// reads); each outcome of the other takes is the same answer.
+		if slices.ContainsFunc(unsure, func(j int) bool { return !takes[j].check && mask&(1<<slices.Index(unsure, j)) != 0 }) {
+			continue
+		}
+		asked, at := []*take(nil), make([]int, len(ds))
+		for i := range ds {
+			at[i] = -1
+			if of[i] >= 0 && ts[of[i]].check {
+				at[i] = len(asked)
+				asked = append(asked, ts[of[i]])
+			}
+		}
+		out = append(out, m.render(ds, v, block, asked, at))
 	}
 	if remembered {
-		c := *takes[0]
-		c.over, c.remembered = true, true
-		out = append(out, m.render(ds, v, blocked, []*take{&c}, of))
+		ts := make([]*take, len(takes))
+		for j, t := range takes {
+			c := *t
+			c.over = c.hi+eps < c.need
+			ts[j] = &c
+		}
+		if m.block(ds, ts, of) == "" {
+			ts[charged[0]].over, ts[charged[0]].remembered = true, true
+			out = append(out, m.render(ds, v, "", ts, of))
+		}
 	}
 	return out
+}
+
+// block is why the request is refused before anything is charged, by the
+// refusal rule (a descriptor that is no quota is over, or every quota is)
+// applied to what is known then: an enforced limit of zero, and the checks
+// read (ts, the takes of the descriptors by of); "" when it is not. A
+// descriptor's own shadow_mode exempts it; under rls.shadow the request is
+// still refused as enforcement would refuse it. Its reason is
+// "zero-limit" or "check-over".
+func (m *model) block(ds []desc, ts []*take, of []int) string {
+	why := ""
+	refuse := func(d desc) {
+		if why != "zero-limit" {
+			why = "check-over"
+			if d.kind == kindZero {
+				why = "zero-limit"
+			}
+		}
+	}
+	quotas, quotasOver := 0, 0
+	var quotaOver []desc
+	for i, d := range ds {
+		if d.kind != kindLimited && d.kind != kindZero {
+			continue
+		}
+		over := d.kind == kindZero || of[i] >= 0 && ts[of[i]].check && ts[of[i]].over
+		switch {
+		case d.limit.quota:
+			quotas++
+			if over && !d.shadow {
+				quotasOver++
+				quotaOver = append(quotaOver, d)
+			}
+		case over && !d.shadow:
+			refuse(d)
+		}
+	}
+	if why == "" && quotas > 0 && quotasOver == quotas {
+		for _, d := range quotaOver {
+			refuse(d)
+		}
+	}
+	return why
 }
 
 // denyID names a take as the Redis store's denial cache does: its limit
@@ -479,10 +570,12 @@ func (m *model) rememberedDenial(t *take) bool {
 // is remembered until the refill at the take's rate brings the cost
 // (counted from its latest possible tokens' lowest).
 func (m *model) remember(c *candidate) {
-	if len(c.takes) != 1 || m.fixed {
+	// A check's read is no take: the charge beside it is one take.
+	ts := slices.DeleteFunc(slices.Clone(c.takes), func(t *take) bool { return t.check })
+	if len(ts) != 1 || m.fixed {
 		return
 	}
-	t := c.takes[0]
+	t := ts[0]
 	b := t.b
 	if b.rate <= 0 || t.remembered {
 		return
@@ -506,22 +599,31 @@ func (m *model) remember(c *candidate) {
 // state.
 const (
 	noteCheckCharged = "a hits_addend 0 descriptor took a token (docs/envoy.md: a check charges nothing)"
+	noteCheckLook    = "a check answered OK without state while Redis answered (docs/envoy.md: a check reads its bucket on both stores)"
 	noteOverNoLimit  = "an OVER_LIMIT status without current_limit (docs/envoy.md: an OVER_LIMIT one always carries it)"
 	noteOverTokens   = "an OVER_LIMIT status with its bucket's tokens as limit_remaining (docs/envoy.md: 0)"
 	noteHeadersOff   = "fairgate sends response headers with rls.response_headers off"
 )
 
 // render is a candidate's answer for one set of take outcomes.
-func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int) *candidate {
+//
+// block, when set, is why the request was refused before any charge
+// (model.block): ts are then only the checks' reads.
+func (m *model) render(ds []desc, v variant, block string, ts []*take, of []int) *candidate {
 	c := &candidate{v: v, preds: map[string]pred{}, takes: ts, causes: map[string][]string{}, after: map[string][2]float64{}}
+	blocked := block != ""
+	// A check's read decides the request only before the charges
+	// (block); the charges are all or nothing among themselves.
 	enforcedOver, shadowOver := false, false
 	for _, t := range ts {
-		enforcedOver = enforcedOver || t.over && !t.shadow
-		shadowOver = shadowOver || t.over && t.shadow
+		enforcedOver = enforcedOver || t.over && !t.shadow && !t.check
+		shadowOver = shadowOver || t.over && t.shadow && !t.check
 	}
 	refused := enforcedOver || shadowOver && v.shadowEnforced
 	for _, t := range ts {
 		switch {
+		case t.check:
+			t.paid = true // read, whatever the charges did; it takes nothing
 		case refused:
 		case shadowOver:
 			t.paid = !t.shadow
@@ -541,7 +643,7 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 	notCharged := "all-or-nothing" // why a descriptor with room was not charged
 	switch {
 	case blocked:
-		notCharged = "zero-limit"
+		notCharged = block
 	case !enforcedOver && shadowOver:
 		notCharged = shadowCause
 	}
@@ -552,7 +654,7 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 		why := ""
 		if of[i] < 0 {
 			if blocked && d.hits > 0 {
-				why = "zero-limit"
+				why = block
 			}
 		} else if t := ts[of[i]]; t.paid {
 			if d.check && v.check == "one" {
@@ -585,6 +687,7 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 		c.after[key] = [2]float64{lohi[0] - paid[key], lohi[1] - paid[key]}
 	}
 	c.descBuckets, c.resets, c.erlLimits = make([]string, len(ds)), make([]float64, len(ds)), make([]string, len(ds))
+	c.checkReads = make([]bool, len(ds))
 	for i, d := range ds {
 		c.erlLimits[i] = "-"
 		if d.limit != nil {
@@ -595,6 +698,7 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 		}
 		if of[i] >= 0 {
 			c.descBuckets[i] = ts[of[i]].key
+			c.checkReads[i] = ts[of[i]].check
 		}
 	}
 
@@ -655,13 +759,13 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 			reasons = append(reasons, "checks")
 		}
 		lim := exact(d.limit.String(), reasons...)
-		if of[i] < 0 && d.check && !blocked { // a check on the Redis store
-			set(exact(ok, "checks"), exact("-", "checks"), exact("0", "checks"))
+		if of[i] < 0 && d.check { // "look": a check that read nothing
+			set(undoc(ok, noteCheckLook), undoc("-", noteCheckLook), undoc("0", noteCheckLook))
 			continue
 		}
-		if of[i] < 0 { // a zero limit refused the request: not asked
+		if of[i] < 0 { // a zero limit or a check refused the request first: not asked
 			b := m.buckets[d.bucket]
-			set(exact(ok, reasons...), oneOf(exact("-", "zero-limit"), lim), oneOf(exact("0", "zero-limit"), between(b.lo, b.hi, reasons...)))
+			set(exact(ok, reasons...), oneOf(exact("-", block), lim), oneOf(exact("0", block), between(b.lo, b.hi, reasons...)))
 			continue
 		}
 		t := ts[of[i]]
@@ -683,6 +787,8 @@ func (m *model) render(ds []desc, v variant, blocked bool, ts []*take, of []int)
 		lohi := c.after[t.key]
 		var rem pred
 		switch {
+		case t.check: // read before the charges
+			rem = between(t.lo, t.hi, reasons...)
 		case !v.merged: // taken in order: each status sees the bucket after its own take
 			lo, hi := t.lo+t.off, t.hi+t.off
 			if t.paid {
@@ -871,19 +977,25 @@ func (m *model) apply(c *candidate, fg fields) {
 		}
 	}
 	// After a take it paid, fairgate's limit_remaining is floor(tokens):
-	// tokens ∈ [r, r+1). (Refused, it says 0, as ERL does.)
-	paid, count := map[string]bool{}, map[string]int{}
+	// tokens ∈ [r, r+1). (Refused, it says 0, as ERL does.) A check's is
+	// its read before the charges: the bucket's now only when the call
+	// charged it nothing.
+	paid, charged, count := map[string]bool{}, map[string]bool{}, map[string]int{}
+	check := c.checkReads
 	for _, t := range c.takes {
 		paid[t.key] = paid[t.key] || t.paid
+		charged[t.key] = charged[t.key] || t.paid && t.charge > 0
 	}
-	for _, key := range c.descBuckets {
-		count[key]++
+	for i, key := range c.descBuckets {
+		if !check[i] {
+			count[key]++
+		}
 	}
 	for i, key := range c.descBuckets {
 		p := "status[" + strconv.Itoa(i) + "]."
 		r, err := strconv.ParseFloat(fg[p+"limit_remaining"], 64)
 		b := m.buckets[key]
-		if key == "" || b == nil || !paid[key] || err != nil || fg[p+"current_limit"] == "-" || !c.v.merged && count[key] > 1 {
+		if key == "" || b == nil || !paid[key] || err != nil || fg[p+"current_limit"] == "-" || check[i] && charged[key] || !check[i] && !c.v.merged && count[key] > 1 {
 			continue
 		}
 		lo, hi := max(b.lo, r), min(b.hi, r+1-eps)
