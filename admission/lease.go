@@ -103,6 +103,9 @@ func (l *Lease) StartUpstream(ctx context.Context) bool {
 // seat and slot. Call it only for a call that says something about the
 // upstream's capacity, not when the upstream could not be reached or the
 // client went away.
+//
+// A route charged on some statuses (charge_on_status) charges a call
+// answered so, its status unknown: AnsweredStatus says it.
 func (l *Lease) Answered() { l.AnsweredStatus(0) }
 
 // AnsweredStatus is Answered for an upstream that answered status: the

@@ -108,6 +108,9 @@ func (g *Gate) middleware(next http.Handler, call upstreamCall) http.Handler {
 			if name, trailer, ok := lease.SettleField(); ok {
 				lease.ReportUsage(usageOf(w.Header(), name, trailer))
 			}
+			if st := lease.settle.st; st != nil && st.on != nil {
+				lease.settle.status = grpcOutcome(w.Header(), lease.settle.status)
+			}
 			lease.Release()
 			abort := p != nil && g.handlerPanicked(tw, p, reqID)
 			red.Decided(dp) // after the upstream call, which the adaptive limit may have refused

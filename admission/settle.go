@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -124,19 +125,45 @@ func compileSettle(f string, rc RouteConfig) (*settlement, float64, error) {
 // charged returns what a request of st's route that the upstream answered
 // with status used, its usage field v (absent: ""); reported is false when
 // the route settles from a field and the answer had none that parses (it
-// is then charged its reserve).
+// is then charged its reserve). A status of 0, unknown (an embedder's
+// Answered), is charged as one that matches charge_on_status: a refund is
+// for an outcome known not to be charged, never for one not known.
 func (st *settlement) charged(status int, v string) (used float64, reported bool) {
-	if st.on != nil && !st.matches(status) {
+	if st.on != nil && status != 0 && !st.matches(status) {
 		return 0, true
 	}
 	if st.field == "" {
 		return st.reserve, true
 	}
-	u, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || !(u >= 0) {
+	u, ok := parseUsage(v)
+	if !ok {
 		return st.reserve, false
 	}
 	return min(u, st.max), true
+}
+
+// parseUsage reads a usage field: a decimal number, not negative (12,
+// 0.5, 1e6), with spaces around it. Go's other float syntaxes (Inf, NaN,
+// hexadecimal, underscores) are no usage an upstream reports, so they are
+// unreported; a number too large for a float64 is +Inf, which max bounds,
+// as any large one.
+func parseUsage(v string) (float64, bool) {
+	v = strings.TrimSpace(v)
+	digits := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= '0' && c <= '9':
+			digits = true
+		case c == '.' || ((c == 'e' || c == 'E') && digits) || ((c == '+' || c == '-') && i > 0 && (v[i-1] == 'e' || v[i-1] == 'E')):
+		default:
+			return 0, false
+		}
+	}
+	u, err := strconv.ParseFloat(v, 64)
+	if !digits || (err != nil && !errors.Is(err, strconv.ErrRange)) || !(u >= 0) {
+		return 0, false
+	}
+	return u, true
 }
 
 func (st *settlement) matches(status int) bool {
@@ -146,6 +173,46 @@ func (st *settlement) matches(status int) bool {
 		}
 	}
 	return false
+}
+
+// grpcOutcome returns the status a charge_on_status route is charged by
+// for an answer of status whose header (trailers among it, after the
+// body) is h: a gRPC answer's outcome is its grpc-status (a trailer, or in
+// the head of a trailers-only answer), under HTTP 200; it counts as the
+// HTTP status gRPC's own mapping gives it (grpc-gateway's, as Envoy's
+// grpc_json_transcoder: NOT_FOUND 404, UNAUTHENTICATED 401), and as 0,
+// unknown, when the stream ended without one. Any other answer is status.
+func grpcOutcome(h http.Header, status int) int {
+	if status != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "application/grpc") {
+		return status
+	}
+	code, err := strconv.Atoi(usageOf(h, "Grpc-Status", true))
+	if err != nil || code < 0 || code >= len(grpcHTTPStatus) {
+		return 0
+	}
+	return grpcHTTPStatus[code]
+}
+
+// grpcHTTPStatus maps gRPC's status codes (OK 0 to UNAUTHENTICATED 16) to
+// HTTP statuses.
+var grpcHTTPStatus = [...]int{
+	http.StatusOK,                  // OK
+	499,                            // CANCELLED: the client closed the request
+	http.StatusInternalServerError, // UNKNOWN
+	http.StatusBadRequest,          // INVALID_ARGUMENT
+	http.StatusGatewayTimeout,      // DEADLINE_EXCEEDED
+	http.StatusNotFound,            // NOT_FOUND
+	http.StatusConflict,            // ALREADY_EXISTS
+	http.StatusForbidden,           // PERMISSION_DENIED
+	http.StatusTooManyRequests,     // RESOURCE_EXHAUSTED
+	http.StatusBadRequest,          // FAILED_PRECONDITION
+	http.StatusConflict,            // ABORTED
+	http.StatusBadRequest,          // OUT_OF_RANGE
+	http.StatusNotImplemented,      // UNIMPLEMENTED
+	http.StatusInternalServerError, // INTERNAL
+	http.StatusServiceUnavailable,  // UNAVAILABLE
+	http.StatusInternalServerError, // DATA_LOSS
+	http.StatusUnauthorized,        // UNAUTHENTICATED
 }
 
 // pendingSettle is what a lease keeps to settle its request: the buckets

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -76,6 +77,12 @@ func TestSettleChargesWhatWasUsed(t *testing.T) {
 		{"no usage: the reserve", "/v1/complete", nil, nil, 25 - 2},
 		{"unparsable usage: the reserve", "/v1/complete", map[string]string{"X-Usage-Tokens": "lots"}, nil, 25 - 2},
 		{"a header for a trailer route is read too", "/v1/stream", map[string]string{"X-Usage-Tokens": "9"}, nil, 25 - 9},
+		{"a number too large for a float: max", "/v1/complete", map[string]string{"X-Usage-Tokens": "1e400"}, nil, 25 - 25},
+		{"Inf is no usage: the reserve", "/v1/complete", map[string]string{"X-Usage-Tokens": "Inf"}, nil, 25 - 2},
+		{"NaN is no usage: the reserve", "/v1/complete", map[string]string{"X-Usage-Tokens": "NaN"}, nil, 25 - 2},
+		{"hexadecimal is no usage: the reserve", "/v1/complete", map[string]string{"X-Usage-Tokens": "0x10"}, nil, 25 - 2},
+		{"negative is no usage: the reserve", "/v1/complete", map[string]string{"X-Usage-Tokens": "-3"}, nil, 25 - 2},
+		{"an exponent", "/v1/complete", map[string]string{"X-Usage-Tokens": " 1.5e1 "}, nil, 25 - 15},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g, store, _ := settledGate(t)
@@ -159,5 +166,50 @@ func TestSettleConfigErrors(t *testing.T) {
 	var rc RouteConfig
 	if err := yaml.Unmarshal([]byte(`{method: POST, path: /c, charge_on_status: [401, 99]}`), &rc); err == nil || !strings.Contains(err.Error(), `"99" is not a status`) {
 		t.Errorf("a status of 99: %v", err)
+	}
+}
+
+// TestChargeOnStatusUnknown: an answer whose status the caller did not
+// say (Lease.Answered) is charged, as a matching one: a refund is for an
+// outcome known not to be charged.
+func TestChargeOnStatusUnknown(t *testing.T) {
+	g, store, _ := settledGate(t)
+	for range 3 {
+		h := http.Header{}
+		h.Set("X-API-Key", "start-key")
+		d, err := g.Check(context.Background(), Request{Method: "POST", Path: "/login", Header: h})
+		if err != nil || !d.Allowed {
+			t.Fatalf("refused: %v %+v", err, d)
+		}
+		l := d.Lease()
+		l.StartUpstream(context.Background())
+		l.Answered()
+		l.Release()
+	}
+	if got := tenantTokens(store); got != 25-9 {
+		t.Fatalf("3 logins answered with no status: %v tokens, want 16 (each charged 3)", got)
+	}
+}
+
+// TestGRPCOutcome: a gRPC answer is charged by its grpc-status, mapped to
+// HTTP's, wherever it came (a trailer, the head of a trailers-only
+// answer); a stream without one is unknown.
+func TestGRPCOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		h      http.Header
+		status int
+		want   int
+	}{
+		{http.Header{"Content-Type": {"application/grpc"}, "Grpc-Status": {"5"}}, 200, 404},
+		{http.Header{"Content-Type": {"application/grpc+proto"}, http.TrailerPrefix + "Grpc-Status": {"16"}}, 200, 401},
+		{http.Header{"Content-Type": {"application/grpc"}, "Grpc-Status": {"0"}}, 200, 200},
+		{http.Header{"Content-Type": {"application/grpc"}}, 200, 0},
+		{http.Header{"Content-Type": {"application/grpc"}, "Grpc-Status": {"17"}}, 200, 0},
+		{http.Header{"Content-Type": {"application/json"}, "Grpc-Status": {"5"}}, 200, 200},
+		{http.Header{"Content-Type": {"application/grpc"}}, 502, 502},
+	} {
+		if got := grpcOutcome(tc.h, tc.status); got != tc.want {
+			t.Errorf("%v, status %d: %d, want %d", tc.h, tc.status, got, tc.want)
+		}
 	}
 }

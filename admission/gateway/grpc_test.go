@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/reflection"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/fairgate/fairgate/admission"
 )
 
 // TestGRPCEndToEnd: a real grpc-go client through the gateway to a real
@@ -32,15 +34,7 @@ func TestGRPCEndToEnd(t *testing.T) {
 
 func testGRPC(t *testing.T, engine Engine) {
 	hs := health.NewServer()
-	gs := grpc.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs) // its ServerReflectionInfo is a bidirectional stream
-	uln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(uln)
-	t.Cleanup(gs.Stop)
+	uln := grpcUpstream(t, hs)
 
 	base, _, _ := startGateway(t, func(c *Config) {
 		c.Server.Engine = engine
@@ -147,4 +141,67 @@ func testGRPC(t *testing.T, engine Engine) {
 		return
 	}
 	t.Fatal("200 calls of the starter tenant were never refused")
+}
+
+// TestGRPCChargeOnStatus: a gRPC call's outcome is its grpc-status under
+// HTTP 200, so a charge_on_status route charges a failed call by it
+// (NOT_FOUND counts as 404), on every engine; a call that succeeds is
+// refunded.
+func TestGRPCChargeOnStatus(t *testing.T) {
+	for _, engine := range engines {
+		t.Run(string(engine), func(t *testing.T) {
+			uln := grpcUpstream(t, health.NewServer())
+			base, _, _ := startGateway(t, func(c *Config) {
+				c.Server.Engine = engine
+				c.Upstream = "http://" + uln.Addr().String()
+				c.UpstreamProtocol = UpstreamH2C
+				c.Admission.Routes = append([]admission.RouteConfig{{Method: "POST", Path: "/grpc.health.v1.Health/Check",
+					Cost: 5, ChargeOnStatus: []admission.StatusRange{{Lo: 400, Hi: 499}}}}, c.Admission.Routes...)
+				tc := c.Tenants.Tiers["starter"]
+				tc.Rate, tc.Burst = 0.001, 100
+				c.Tenants.Tiers["starter"] = tc
+			}, Options{})
+			cc, err := grpc.NewClient(strings.TrimPrefix(base, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer demo-starter-key")
+			client := healthpb.NewHealthClient(cc)
+			for range 3 {
+				if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "no-such-service"}); status.Code(err) != codes.NotFound {
+					t.Fatalf("Check of an unknown service: %v, want NotFound", err)
+				}
+			}
+			if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			var hdr metadata.MD
+			if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
+				t.Fatal(err)
+			}
+			// 100 less the reserve of this call (5) and 3 failures × 5.
+			if got := hdr.Get("ratelimit-remaining"); len(got) != 1 || got[0] != "80" {
+				t.Fatalf("RateLimit-Remaining after 3 NOT_FOUND calls of cost 5 and one OK: %v, want 80", got)
+			}
+		})
+	}
+}
+
+// grpcUpstream serves hs, and reflection, on a loopback listener, stopped
+// when t ends.
+func grpcUpstream(t *testing.T, hs healthpb.HealthServer) net.Listener {
+	t.Helper()
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs) // its ServerReflectionInfo is a bidirectional stream
+	uln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(uln)
+	t.Cleanup(gs.Stop)
+	return uln
 }
