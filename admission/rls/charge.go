@@ -28,7 +28,7 @@ func (s *Service) shadowed(v *verdict) bool { return v.shadow || s.shadow }
 func (s *Service) charge(ctx context.Context, req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int) error {
 	if len(pending) == 1 { // the common call: one Take, nothing to gather
 		v := &vs[pending[0]]
-		r, err := s.store.Take(ctx, v.key(tag, req.Descriptors[pending[0]].GetEntries()), v.limit, v.cost)
+		r, err := s.store.Take(ctx, v.key(tag, matchEntries(req, vs, pending[0])), v.limit, v.cost)
 		if err != nil {
 			return storeError(ctx, err)
 		}
@@ -100,7 +100,7 @@ func (s *Service) refused(vs []verdict, own bool) bool {
 	quotas, quotasOver := 0, 0
 	for i := range vs {
 		v := &vs[i]
-		if v.rule == nil || v.outcome == OutcomeUnlimited {
+		if v.rule == nil || v.outcome == OutcomeUnlimited || v.settle {
 			continue
 		}
 		shadow := v.shadow || !own && s.shadow
@@ -130,7 +130,7 @@ func gather(req *rlsv3.RateLimitRequest, tag string, vs []verdict, pending []int
 	of = make([]int, len(pending))
 	var index map[ratelimit.BucketKey]int // nil while the takes are few
 	for j, i := range pending {
-		k := vs[i].key(tag, req.Descriptors[i].GetEntries())
+		k := vs[i].key(tag, matchEntries(req, vs, i))
 		t, found := -1, false
 		if index != nil {
 			t, found = index[k]

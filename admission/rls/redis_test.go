@@ -116,3 +116,12 @@ func TestRedisCluster(t *testing.T) {
 		t.Fatalf("12 domains' buckets on %d of 3 masters, want them spread", holding)
 	}
 }
+
+// TestSettleOnStreamDoneRedis: settlements on the Redis store, one Lua
+// call each, as on the embedded store.
+func TestSettleOnStreamDoneRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	testSettleOnStreamDone(t, func(t *testing.T) *harness {
+		return start(t, Config{}, mustRules(t, tokensRules), Options{Store: newRedisStore(t, srv.Addr())})
+	})
+}

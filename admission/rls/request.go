@@ -33,6 +33,9 @@ func validate(req *rlsv3.RateLimitRequest, l Limits) error {
 		if m := len(d.GetEntries()); m > l.MaxEntries {
 			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries: %d, more than rls.max_entries (%d)", i, m, l.MaxEntries)
 		}
+		if !validSettlement(d) {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].entries: a %s entry must be the last, its value the tokens the request reserved (a whole number from 0 to 1e9)", i, SettleKey)
+		}
 		if o := d.GetLimit(); o != nil {
 			if _, ok := overrideUnits[o.Unit]; !ok {
 				return status.Errorf(codes.InvalidArgument, "rls: descriptors[%d].limit.unit: unknown unit %v", i, o.Unit)

@@ -2,6 +2,8 @@ package rls
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
@@ -25,6 +27,7 @@ const (
 	OutcomeUnlimited    = "unlimited"     // rate_limit: {unlimited: true}, or replaced by another limit
 	OutcomeNoLimit      = "no_limit"      // no configured limit (or unknown domain)
 	OutcomeNotCharged   = "not_charged"   // limited, but not asked: a limit of zero or a check refused the request
+	OutcomeSettled      = "settled"       // a settlement (SettleKey): what the request used less its reserve, charged or refunded
 )
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService. Build it
@@ -42,6 +45,9 @@ type Service struct {
 	limits  Limits
 	tel     *Telemetry
 	now     func() time.Time // cuts the fixed windows
+	// settleNonce and settleSeq name settlements (settleID).
+	settleNonce string
+	settleSeq   atomic.Uint64
 }
 
 // Options are a Service's collaborators. The zero value works: an
@@ -76,8 +82,11 @@ func NewService(cfg Config, rules *Rules, o Options) (*Service, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	var nonce [8]byte
+	rand.Read(nonce[:])
 	s := &Service{store: o.Store, shadow: cfg.Shadow, headers: cfg.ResponseHeaders, near: cfg.NearLimitRatio,
-		window: cfg.Window, limits: cfg.Limits, tel: o.Telemetry.orNop(o.Logger), now: o.Now}
+		window: cfg.Window, limits: cfg.Limits, tel: o.Telemetry.orNop(o.Logger), now: o.Now,
+		settleNonce: "rls:" + hex.EncodeToString(nonce[:]) + ":"}
 	s.rules.Store(rules)
 	return s, nil
 }
@@ -93,9 +102,12 @@ type verdict struct {
 	node  *node
 	rule  *rule           // nil: not limited
 	limit ratelimit.Limit // the rule's, for this call (Service.limitAt)
-	cost  float64         // zero: a check (hits_addend 0), never charged
-	res   ratelimit.Result
-	over  bool // over the limit, before shadow mode
+	cost  float64         // zero: a check (hits_addend 0), never charged; signed for a settlement
+	// settle marks a settlement: its descriptor's last entry is SettleKey,
+	// which its match and bucket leave out (entries).
+	settle bool
+	res    ratelimit.Result
+	over   bool // over the limit, before shadow mode
 	// shadow is the descriptor's own shadow_mode (rls.shadow is the
 	// Service's; shadowed is either).
 	shadow  bool
@@ -131,10 +143,13 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 		v := &vs[i]
 		v.cost = cost(req, d)
 		v.outcome = OutcomeNoLimit
+		if reserve, ok := settlement(d); ok {
+			v.settle, v.cost = true, v.cost-reserve
+		}
 		if tree == nil {
 			continue
 		}
-		v.node = tree.match(d.GetEntries())
+		v.node = tree.match(matchEntries(req, vs, i))
 		if v.node != nil {
 			v.rule = v.node.limit
 			v.shadow = v.node.shadow
@@ -155,8 +170,8 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 	}
 	// Classify; read the checks; then charge every other limited
 	// descriptor's bucket at once.
-	var pending, checks []int // verdicts whose buckets the store is asked to charge, or only read
-	var now time.Time         // read when a fixed window needs it (limitAt)
+	var pending, checks, settles []int // verdicts whose buckets the store is asked to charge, only read, or settle
+	var now time.Time                  // read when a fixed window needs it (limitAt)
 	for i := range vs {
 		v := &vs[i]
 		switch {
@@ -167,6 +182,15 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 			continue
 		}
 		v.limit = s.limitAt(v.rule, &now)
+		if v.settle {
+			// A limit of zero has no bucket, and a cost of zero (used
+			// what it reserved) nothing to settle.
+			if v.rule.requestsPerUnit > 0 && v.cost != 0 {
+				settles = append(settles, i)
+			}
+			v.outcome = OutcomeSettled
+			continue
+		}
 		switch {
 		case v.rule.requestsPerUnit == 0:
 			// A limit of zero refuses everything; no bucket to ask. The
@@ -200,11 +224,16 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, tree 
 			return nil, nil, nil, err
 		}
 	}
+	if len(settles) > 0 {
+		if err := s.settleAll(ctx, req, tree.tag, vs, settles); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	var decider *verdict
 	refused := s.refused(vs, false)
 	for i := range vs {
 		v := &vs[i]
-		if v.rule == nil || v.outcome == OutcomeUnlimited || v.outcome == OutcomeNotCharged {
+		if v.rule == nil || v.outcome == OutcomeUnlimited || v.outcome == OutcomeNotCharged || v.settle {
 			continue
 		}
 		v.outcome = OutcomeAdmit

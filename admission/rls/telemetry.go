@@ -95,7 +95,7 @@ func NewTelemetry(o TelemetryOptions) (*Telemetry, error) {
 	if o.Metrics != nil {
 		t.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rls_decisions_total",
-			Help: "Envoy rate limit service decisions, one per request descriptor, by domain, configured descriptor and outcome (admit, reject, shadow_reject, unlimited, no_limit, not_charged).",
+			Help: "Envoy rate limit service decisions, one per request descriptor, by domain, configured descriptor and outcome (admit, reject, shadow_reject, quota_over, unlimited, no_limit, not_charged, settled).",
 		}, []string{"domain", "descriptor", "outcome"})
 		t.near = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairgate_rls_near_limit_total",
