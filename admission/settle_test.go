@@ -213,3 +213,33 @@ func TestGRPCOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleInFlightChargedInFull: requests admitted together, each
+// within the burst, are each charged what they used, though together
+// they take the bucket deeper than one burst: a burst of debt bounds one
+// settlement, never what requests in flight together used.
+func TestSettleInFlightChargedInFull(t *testing.T) {
+	g, _, _ := settledGate(t)
+	var leases []*Lease
+	for range 12 { // 12 reserves of 2: 1 token of 25 left
+		h := http.Header{}
+		h.Set("X-API-Key", "start-key")
+		d, err := g.Check(context.Background(), Request{Method: "POST", Path: "/v1/complete", Header: h})
+		if err != nil || !d.Allowed {
+			t.Fatalf("refused: %v %+v", err, d)
+		}
+		leases = append(leases, d.Lease())
+	}
+	for _, l := range leases {
+		l.StartUpstream(context.Background())
+		l.AnsweredStatus(http.StatusOK)
+		l.ReportUsage("20")
+		l.Release()
+	}
+	// 25 − 12 × 20 = −215: a reserve of 2 fits after 217 tokens of
+	// refill at 5 a second, 43.4 s.
+	w := serve(g, "/v1/complete", http.StatusOK, nil, nil)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "44" {
+		t.Fatalf("after 12 requests of 20 in flight together: %d, Retry-After %q; want 429 after 44 s (each charged in full)", w.Code, w.Header().Get("Retry-After"))
+	}
+}

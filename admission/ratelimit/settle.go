@@ -15,16 +15,22 @@ import (
 // Settle applies each take's Cost, the signed difference used − reserved
 // for its bucket, unconditionally: a settlement is never refused, since
 // the request it settles has been served. A positive Cost charges more
-// and may take a bucket into debt, its tokens down to −Burst and never
-// below (a charge never lifts a bucket already below that, as sync mode's
-// debt may be); the refill repays the debt first, and a take while in
-// debt is refused with a RetryAfter that says when the bucket holds its
-// cost again, the debt repaid. A negative Cost refunds, never above
-// Burst. A bucket never seen is full before the settlement.
+// and may take a bucket into debt: one settlement takes it at most one
+// Burst below where it found it, or below zero when it found tokens
+// (so it never lifts a bucket, and what one request used beyond its
+// bucket's tokens and a burst is forgiven); requests in flight together
+// each settle in full within that bound, so what they used is charged, and
+// the debt is at most a burst per request settled while the bucket was in
+// debt (the tenant's concurrency cap bounds them). The refill repays the
+// debt first, and a take while in debt is refused with a RetryAfter that
+// says when the bucket holds its cost again, the debt repaid. A negative
+// Cost refunds, never above Burst. A bucket never seen is full before the
+// settlement.
 //
-// For a fixed window (Limit.End set) Cost is added to the units used,
-// kept within 0 and twice Burst (a charge never lowers them, a refund
-// never below 0), and only while the window's state is still of the
+// For a fixed window (Limit.End set) Cost is added to the units used, by
+// the same rule: a charge raises them to at most one Burst above the
+// greater of Burst and what they were (a charge never lowers them), a
+// refund never below 0, and only while the window's state is still of the
 // take's window (its end is the take's End, and the window has not
 // ended): a window that is over, or that was never seen, has its quota
 // renewed, and there is nothing left to settle.
@@ -77,13 +83,13 @@ func positiveFinite(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
 
 // settle applies a settlement of cost (signed: a charge above zero, a
 // refund below) to b under l at now, and returns the new state. A charge
-// stops at −Burst, or at the tokens held when already lower; a refund at
-// Burst. As for take, last never moves backwards.
+// stops one Burst below the tokens held, or below zero when they are
+// more; a refund at Burst. As for take, last never moves backwards.
 func (b bucket) settle(l Limit, now int64, cost float64) bucket {
 	tokens := b.tokensAt(l, now)
 	next := tokens - cost
 	if cost > 0 {
-		next = math.Max(next, math.Min(tokens, -l.Burst))
+		next = math.Max(next, math.Min(tokens, 0)-l.Burst)
 	} else {
 		next = math.Min(next, l.Burst)
 	}
@@ -92,15 +98,17 @@ func (b bucket) settle(l Limit, now int64, cost float64) bucket {
 
 // settleFixed applies a settlement of cost to window state b under l at
 // wall (Unix ns), when b is of l's window and that has not ended; it
-// reports whether it did. The units used stay within 0 and 2 × Burst,
-// a charge never lowering them and a refund never raising them.
+// reports whether it did. A charge raises the units used to at most
+// Burst above the greater of Burst and what they were (as settle's
+// floor, a window's used being Burst less a bucket's tokens); a refund
+// lowers them to no less than 0.
 func (b bucket) settleFixed(l Limit, wall int64, cost float64) (bucket, bool) {
 	if b.last != l.End || wall >= l.End {
 		return b, false
 	}
 	used := b.tokens + cost
 	if cost > 0 {
-		used = math.Min(used, math.Max(b.tokens, 2*l.Burst))
+		used = math.Min(used, math.Max(b.tokens, l.Burst)+l.Burst)
 	} else {
 		used = math.Max(used, 0)
 	}

@@ -15,11 +15,13 @@
 -- Reply: {applied (1, or 0 when the dedupe key existed: a retry, which
 -- changes nothing), now (µs)}.
 --
--- A charge may take a bucket down to -burst, never lower, and never lifts
--- one that is lower already (sync mode's debt may be); a refund stops at
--- burst. The bucket is stored with the TTL until it is full again, which
--- a debt makes longer, so a bucket in debt is never forgotten. A window's
--- units used stay within 0 and 2 × burst, and change only while its state
+-- A charge takes a bucket at most one burst below the tokens it holds,
+-- or below zero when it holds more, so it never lifts one; a refund stops
+-- at burst. The bucket is stored with the TTL until it is full again, which
+-- a debt makes longer, so a bucket in debt is never forgotten. A charge
+-- raises a window's units used to at most one burst above the greater of
+-- burst and what they were, a refund lowers them to no less than 0, and
+-- they change only while its state
 -- is of the take's window (its end is the take's) and the window has not
 -- ended: otherwise its quota has been renewed.
 
@@ -37,7 +39,7 @@ for i = 1, #KEYS - 1 do
       if last == wend and now < wend then
         local after = used + cost
         if cost > 0 then
-          after = math.min(after, math.max(used, 2 * burst))
+          after = math.min(after, math.max(used, burst) + burst)
         else
           after = math.max(after, 0)
         end
@@ -50,7 +52,7 @@ for i = 1, #KEYS - 1 do
     local tokens, last, expires = load(key, rate, burst, now)
     local after = tokens - cost
     if cost > 0 then
-      after = math.max(after, math.min(tokens, -burst))
+      after = math.max(after, math.min(tokens, 0) - burst)
     else
       after = math.min(after, burst)
     end
