@@ -25,6 +25,12 @@ type Targets struct {
 	// noisy tenants' peak on: under total overload, admitted goodput as a
 	// share of the upstream's capacity (0 judges nothing).
 	MinPeakBusyPct float64 `json:"min_peak_busy_pct,omitempty"`
+	// MaxUsageErrPct bounds how far a noisy tenant's completion tokens
+	// served may be from its token quota over the run, in percent either
+	// way (0 judges nothing): usage-based cost holds a tenant to its
+	// quota of what it used, neither more nor, while it asks for more,
+	// much less.
+	MaxUsageErrPct float64 `json:"max_usage_err_pct,omitempty"`
 }
 
 // set reports whether t judges anything (the overhead scenario has no
@@ -71,6 +77,13 @@ type TenantFigures struct {
 	// (a noisy tenant has no baseline). See baselines.
 	BaselineP99 float64 `json:"baseline_admitted_p99_ms,omitempty"`
 	P99Ratio    float64 `json:"p99_ratio,omitempty"`
+	// Tokens is the completion tokens the tenant was served in full (its
+	// 2xx answers' Call.Tokens), and TokenQuota what its contract lets it
+	// use over the run: its rate × the run, plus its burst (0 without a
+	// contract or completions). UsagePct is Tokens ÷ TokenQuota.
+	Tokens     int     `json:"tokens,omitempty"`
+	TokenQuota float64 `json:"token_quota,omitempty"`
+	UsagePct   float64 `json:"usage_pct,omitempty"`
 }
 
 // baselines returns each tenant's baseline from the quiet baseline run r,
@@ -113,6 +126,15 @@ func tenantFigures(r run, base map[string]float64) []TenantFigures {
 			GoodputPct: row.GoodputPct, AdmittedP99: row.AdmittedP99, Admitted: row.Admitted}
 		if f.Offered > 0 {
 			f.RejectedPct = 100 * float64(f.Rejected) / float64(f.Offered)
+		}
+		for _, s := range groups[i] {
+			if s.outcome == OK {
+				f.Tokens += s.tokens
+			}
+		}
+		if c := tl.Contract; c != nil && f.Tokens > 0 {
+			f.TokenQuota = c.Rate*r.dur.Seconds() + c.Burst
+			f.UsagePct = 100 * float64(f.Tokens) / f.TokenQuota
 		}
 		f.BaselineP99 = base[tl.ID]
 		if f.Admitted > 0 && f.BaselineP99 > 0 {
@@ -160,8 +182,14 @@ type Worst struct {
 	// clients held back, honouring a Retry-After another call got.
 	CriticalPct      float64 `json:"critical_pct,omitempty"`
 	CriticalDeferred int     `json:"critical_deferred,omitempty"`
+	// UsageTenant is the noisy tenant whose tokens served were furthest
+	// from its token quota, UsagePct its tokens ÷ quota (0 without
+	// completions).
+	UsageTenant string  `json:"usage_tenant,omitempty"`
+	UsagePct    float64 `json:"usage_pct,omitempty"`
 	// Met reports whether every innocent tenant met the scenario's
-	// targets (false when the scenario has none).
+	// targets (false when the scenario has none), and every noisy
+	// tenant's usage its MaxUsageErrPct.
 	Met bool `json:"met_targets"`
 }
 
@@ -177,6 +205,9 @@ func worstInnocent(figs []TenantFigures, dur float64, t Targets) Worst {
 		if f.Role == Noisy {
 			noisyOK += f.OK
 			noisyOffered += f.Offered
+			if f.TokenQuota > 0 && (w.UsageTenant == "" || math.Abs(f.UsagePct-100) > math.Abs(w.UsagePct-100)) {
+				w.UsageTenant, w.UsagePct = f.Tenant, f.UsagePct
+			}
 			continue
 		}
 		if f.Offered == 0 {
@@ -206,7 +237,8 @@ func worstInnocent(figs []TenantFigures, dur float64, t Targets) Worst {
 	}
 	w.Met = t.set() && w.Innocents > 0 &&
 		(t.MinGoodputPct == 0 || w.GoodputPct >= t.MinGoodputPct) &&
-		(t.MaxP99Ratio == 0 || w.P99Ratio <= t.MaxP99Ratio)
+		(t.MaxP99Ratio == 0 || w.P99Ratio <= t.MaxP99Ratio) &&
+		(t.MaxUsageErrPct == 0 || w.UsageTenant != "" && math.Abs(w.UsagePct-100) <= t.MaxUsageErrPct)
 	return w
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,7 @@ type sample struct {
 	outcome Outcome
 	layer   string // the rejecting layer named by a 429/503 body
 	reason  string // and its reason ("tenant_quota", "global_backstop", …)
+	tokens  int    // a completion's tokens asked (Call.Tokens); 0 for other calls
 }
 
 // maxInFlight bounds the requests one run keeps open. An arrival beyond it
@@ -200,6 +202,17 @@ func (l *load) generate(ctx, reqCtx context.Context, reqs *sync.WaitGroup, i int
 		u := rng.IntN(tl.users())
 		z := rng.NormFloat64()
 		s := sample{tenant: i, crit: call.Criticality, at: time.Since(start)}
+		if call.Tokens != nil {
+			// From the arrival's own normal: a completion asks the same
+			// tokens in every run, as a request draws the same service
+			// time.
+			s.tokens = call.Tokens.draw(z)
+			sep := "?"
+			if strings.Contains(call.Path, "?") {
+				sep = "&"
+			}
+			call.Path += sep + "tokens=" + strconv.Itoa(s.tokens)
+		}
 		if tl.HonourRetryAfter && time.Now().UnixNano() < l.holds[i][u].Load() {
 			s.outcome = Deferred
 			l.record(s)

@@ -39,9 +39,13 @@ const (
 	// Direct is no proxy at all: the client talks to the upstream. Only the
 	// overhead scenario uses it.
 	Direct
+	// FixedCost is the whole gateway with each settled route charged its
+	// reserve as a fixed cost and nothing settled: usage-based cost's
+	// negative control (the usage scenario).
+	FixedCost
 )
 
-var modeNames = [...]string{"none", "global", "ip", "fairgate", "fairgate-redis", "direct"}
+var modeNames = [...]string{"none", "global", "ip", "fairgate", "fairgate-redis", "direct", "fixed-cost"}
 
 // String returns the mode's flag word.
 func (m Mode) String() string {
@@ -62,7 +66,7 @@ func (m *Mode) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("bench: unknown mode %q (want %s)", b, strings.Join(modeNames[:FairgateRedis+1], ", "))
+	return fmt.Errorf("bench: unknown mode %q (want %s or %s)", b, strings.Join(modeNames[:FairgateRedis+1], ", "), FixedCost)
 }
 
 // ParseModes parses a comma-separated list of modes.
@@ -143,10 +147,17 @@ func startFront(ctx context.Context, m Mode, env frontEnv) (server, error) {
 			host, _, _ := net.SplitHostPort(r.RemoteAddr)
 			return host
 		}))
-	case Fairgate, FairgateRedis:
+	case Fairgate, FairgateRedis, FixedCost:
 		cfg, err := env.scenario.GatewayConfig(env.upstream)
 		if err != nil {
 			return server{}, err
+		}
+		if m == FixedCost {
+			for i := range cfg.Admission.Routes {
+				if rc := &cfg.Admission.Routes[i]; rc.Settle != nil {
+					rc.Cost, rc.Settle = rc.Settle.Reserve, nil
+				}
+			}
 		}
 		if m == FairgateRedis {
 			if env.redisAddr == "" {

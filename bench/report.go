@@ -71,6 +71,7 @@ func WriteReport(w io.Writer, res *Results) error {
 	fmt.Fprint(w, " Upstream busy is the share of the upstream's capacity (its connections × the arrivals' time) spent on calls served in full: the goodput of admitted work, not counting calls cut short for a client that left; in brackets, the same from the noisy tenants' peak to the end, under the whole overload.")
 	fmt.Fprint(w, "\n\n")
 	writeWorst(w, res)
+	writeUsage(w, res)
 	for _, mode := range append([]string{"baseline"}, res.Modes...) {
 		writeTenants(w, res, mode)
 	}
@@ -114,6 +115,23 @@ func writeWorst(w io.Writer, res *Results) {
 		fmt.Fprintf(w, "| %s | %.2f%% (%s) | %s | %.2f%% · %.2f× (%d %s) | %s | %s | %s | %s |\n",
 			x.Mode, x.GoodputPct, x.GoodputTenant, ratio, x.MedianGoodputPct, x.MedianP99Ratio, x.Innocents, tenants,
 			noisy, busy, crit, verdict(x, res.Targets))
+	}
+	fmt.Fprintln(w)
+}
+
+// writeUsage writes, for a scenario of completions, the noisy tenant's
+// tokens served against its token quota in each mode.
+func writeUsage(w io.Writer, res *Results) {
+	if res.Targets.MaxUsageErrPct == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### Noisy tenant's tokens\n\nCompletion tokens served in full over the run against the tenant's quota (its rate × the run, plus its burst); target: within %g%%.\n\n", res.Targets.MaxUsageErrPct)
+	fmt.Fprintln(w, "| mode | tenant | tokens served | quota | served ÷ quota |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|")
+	for _, f := range res.Tenants {
+		if f.Role == Noisy && f.TokenQuota > 0 {
+			fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.1f%% |\n", f.Mode, f.Tenant, f.Tokens, f.TokenQuota, f.UsagePct)
+		}
 	}
 	fmt.Fprintln(w)
 }

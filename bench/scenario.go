@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -40,6 +41,9 @@ type Scenario struct {
 	// unlimited lifts every tenant quota and cap in the gateway config
 	// (the overhead scenario measures the proxy, not the limits).
 	unlimited bool
+	// config replaces benchConfig as the gateway config's head (the
+	// usage scenario's completion routes and tiers).
+	config string
 }
 
 // globalRate is the global mode's request rate: the upstream's capacity
@@ -102,7 +106,7 @@ tenants:
 // GatewayConfig returns the fairgate config of s, proxying to upstream.
 func (s *Scenario) GatewayConfig(upstream string) (gateway.Config, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, benchConfig, upstream)
+	fmt.Fprintf(&b, cmp.Or(s.config, benchConfig), upstream)
 	for _, tl := range s.Tenants {
 		fmt.Fprintf(&b, "  - {id: %s, tier: %s, api_keys_sha256: [%s]", tl.ID, tl.Tier, tenant.HashKey(tl.Key))
 		switch {
@@ -158,7 +162,7 @@ func innocents() []TenantLoad {
 }
 
 // Scenario names, in the order --scenario all runs them.
-var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat", "same-tier", "two-tier-flood", "burst-gaming", "slow-cheap", "backstop", "many-tenants", retryStorm}
+var scenarioNames = []string{"noisy-neighbour", "slow-export", "overload", "nat", "same-tier", "two-tier-flood", "burst-gaming", "slow-cheap", "backstop", "many-tenants", retryStorm, "usage"}
 
 // ScenarioNames returns the names Lookup knows.
 func ScenarioNames() []string { return slices.Clone(scenarioNames) }
@@ -315,6 +319,8 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 		return s, nil
 	case retryStorm:
 		return stormScenario(), nil
+	case "usage":
+		return usageScenario(), nil
 	case "overhead":
 		// The same cheap request, direct and through each proxy, at half
 		// the upstream's capacity: 2 connections × 5 ms exactly (no
@@ -329,6 +335,61 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 			GlobalBurst: 0.5, IPRate: 1000, IPBurst: 1000}, nil
 	}
 	return Scenario{}, fmt.Errorf("bench: unknown scenario %q (want %s, all or overhead)", name, strings.Join(scenarioNames, ", "))
+}
+
+// usageConfig is the usage scenario's gateway config: a completion
+// route settled by the trailer the upstream reports its tokens in, and a
+// pro tier of 8,000 tokens a second (a burst of 20,000, a request's max),
+// 6 requests at once, over the upstream's 8 connections.
+const usageConfig = `
+upstream: %s
+server:
+  upstream_timeout: 60s
+tiers:
+  pro: {burst: 20000, rate: 8000, max_concurrent: 6, rank: 1}
+routes:
+  - method: POST
+    path: /v1/chat/completions
+    settle: {from: trailer, name: X-Usage-Tokens, reserve: 200, max: 20000}
+bulkhead:
+  total: 8
+  pools:
+    pro: {share: 100, queue_length: 64, max_wait: 5s}
+tenants:
+`
+
+// completion is a call of the usage scenario's completion route asking
+// for tokens of a log-normal with median and sigma, at most a request's
+// max.
+func completion(median, sigma float64) Call {
+	return Call{Method: "POST", Path: "/v1/chat/completions", Criticality: shed.Default, Weight: 1,
+		Tokens: &Tokens{Median: median, Sigma: sigma, Max: 20000}}
+}
+
+// usageScenario is usage: an LLM API of 8 connections generating 4,000
+// tokens a second each (32,000 together); three pro tenants asking 4
+// completions a second of ~180 tokens (median 150), and umbrella, pro
+// too, 24 a second of ~1,375 (median 1,000, a long tail): 33,000 tokens
+// a second, 4× its quota of 8,000 and more than the upstream generates.
+// A fixed cost of the reserve (200) charges umbrella 4,800 tokens a
+// second: its quota never binds.
+func usageScenario() Scenario {
+	s := Scenario{Name: "usage", config: usageConfig, Upstream: demoapi.Config{Connections: 8, TokensPerSecond: 4000},
+		DefaultModes: []Mode{None, FixedCost, Fairgate}, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20,
+		Targets: Targets{MinGoodputPct: defaultTargets.MinGoodputPct, MaxP99Ratio: defaultTargets.MaxP99Ratio, MaxUsageErrPct: 5}}
+	for _, id := range []string{"acme", "globex", "hooli"} {
+		s.Tenants = append(s.Tenants, TenantLoad{ID: id, Tier: "pro", Key: "bench-" + id + "-key", Role: Innocent, Rate: 4,
+			Calls: []Call{completion(150, 0.6)}, Users: 20, IPs: 4, Timeout: 10 * time.Second, HonourRetryAfter: true})
+	}
+	s.Tenants = append(s.Tenants, TenantLoad{ID: "umbrella", Tier: "pro", Key: "bench-umbrella-key", Role: Noisy,
+		Contract: &Contract{Rate: 8000, Burst: 20000, MaxConcurrent: 6}, Rate: 24, Arrivals: Constant,
+		Calls: []Call{completion(1000, 0.8)}, Users: 16, IPs: 4, Timeout: 30 * time.Second})
+	s.Description = "An LLM API: 8 connections generating 4,000 tokens a second each, streamed as server-sent events with the count in a trailer (X-Usage-Tokens). " +
+		"Three pro tenants (acme, globex, hooli) ask 4 completions a second each of ~180 tokens (log-normal, median 150); pro tenant umbrella, a batch job, 24 a second of ~1,375 (median 1,000, σ 0.8, at most 20,000), ignoring Retry-After: " +
+		"33,000 tokens a second, 4× its quota of 8,000 tokens a second (burst 20,000, 6 at once) and more than the upstream generates. " +
+		"The route reserves 200 tokens and settles what the trailer says (fairgate); fixed-cost charges the 200 and settles nothing, so umbrella's quota never binds. " +
+		"Beside the innocents' targets, umbrella's tokens served must be within 5% of its quota over the run (its rate × the run, plus its burst)."
+	return s
 }
 
 // besideQuiet is s with no global backstop, described by desc, whose

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"time"
 
@@ -51,7 +52,27 @@ type Call struct {
 	// Weight is the call's share of the tenant's requests, relative to the
 	// other calls' weights.
 	Weight float64
+	// Tokens, when set, makes the call a completion: each asks the
+	// upstream for a number of tokens drawn from it (the query parameter
+	// tokens=N, see demoapi.Config.TokensPerSecond).
+	Tokens *Tokens
 }
+
+// Tokens is a log-normal distribution of a completion's tokens: Median ×
+// exp(Sigma × Z), Z standard normal, rounded, within 1 and Max, as the
+// lengths of LLM completions spread.
+type Tokens struct {
+	Median, Sigma float64
+	Max           int
+}
+
+// draw returns the tokens of a completion whose standard normal is z.
+func (t *Tokens) draw(z float64) int {
+	return min(max(int(math.Round(t.Median*math.Exp(t.Sigma*z))), 1), t.Max)
+}
+
+// mean is the distribution's mean, ignoring the bounds.
+func (t *Tokens) mean() float64 { return t.Median * math.Exp(t.Sigma*t.Sigma/2) }
 
 // Ramp changes a tenant's rate during a run. Times are fractions of the run
 // (0 to 1); factors multiply TenantLoad.Rate.

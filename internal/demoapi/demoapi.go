@@ -7,6 +7,8 @@ package demoapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -34,7 +36,20 @@ type Config struct {
 	// means none (every request takes exactly the mean). A request may
 	// bring its own Z in JitterHeader.
 	Jitter float64
+	// TokensPerSecond, when set, makes the API a completion service too:
+	// a request with the query parameter tokens=N (1 ≤ N ≤ 10⁶) holds a
+	// connection while it generates N tokens at this rate, streaming them
+	// as server-sent events, and reports N in the trailer UsageTrailer at
+	// the end, as LLM APIs report a completion's usage.
+	TokensPerSecond float64
 }
+
+// UsageTrailer is the trailer in which a completion reports the tokens
+// it generated.
+const UsageTrailer = "X-Usage-Tokens"
+
+// streamChunk is how often a completion sends the tokens it generated.
+const streamChunk = 20 * time.Millisecond
 
 // ServiceTimes are the service times of the demo API's routes.
 func ServiceTimes() map[string]time.Duration {
@@ -110,6 +125,11 @@ func (u *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wait := time.Since(start)
+	if n, err := strconv.Atoi(r.URL.Query().Get("tokens")); err == nil && n >= 1 && n <= 1e6 && u.cfg.TokensPerSecond > 0 {
+		u.complete(w, r, n)
+		<-u.conns
+		return
+	}
 	d := u.serviceTime(r.URL.Path, r.URL.Query().Get("rows"), r.Header.Get(JitterHeader))
 	ok := sleep(ctx, d)
 	<-u.conns
@@ -126,6 +146,39 @@ func (u *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"db_wait_ms": float64(wait.Microseconds()) / 1000,
 		"service_ms": float64(d.Microseconds()) / 1000,
 	})
+}
+
+// complete generates a completion of n tokens on the connection the
+// caller holds: server-sent events every streamChunk with the tokens
+// generated since, then n in UsageTrailer. A client that leaves stops it;
+// only a completion generated in full counts as served.
+func (u *API) complete(w http.ResponseWriter, r *http.Request, n int) {
+	d := time.Duration(float64(n) / u.cfg.TokensPerSecond * float64(time.Second))
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Trailer", UsageTrailer)
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	start, sent := time.Now(), 0
+	for sent < n {
+		if !sleep(r.Context(), min(streamChunk, d-time.Since(start))) {
+			return
+		}
+		now := min(n, int(float64(n)*float64(time.Since(start))/float64(d)))
+		if time.Since(start) >= d {
+			now = n
+		}
+		if now > sent {
+			fmt.Fprintf(w, "data: {\"tokens\":%d}\n\n", now-sent)
+			if flusher != nil {
+				flusher.Flush()
+			}
+			sent = now
+		}
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+	w.Header().Set(UsageTrailer, strconv.Itoa(n))
+	u.served.Add(1)
+	u.busy.Add(int64(d))
 }
 
 // JitterHeader carries a request's own standard normal Z for its service
