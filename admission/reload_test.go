@@ -143,7 +143,13 @@ func newRedisStore(t *testing.T, cfg redisstore.Config) (*redisstore.Store, *red
 // ends; several of them are instances sharing one Redis.
 func redisStoreOn(t *testing.T, srv *redistest.Server, cfg redisstore.Config) *redisstore.Store {
 	t.Helper()
-	cfg.Addrs = []string{srv.Addr()}
+	return redisStoreAt(t, srv.Addr(), cfg)
+}
+
+// redisStoreAt is redisStoreOn for the Redis at addr.
+func redisStoreAt(t *testing.T, addr string, cfg redisstore.Config) *redisstore.Store {
+	t.Helper()
+	cfg.Addrs = []string{addr}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = time.Second
 	}

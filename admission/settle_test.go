@@ -20,6 +20,19 @@ import (
 // a 401 alone; the starter tier's bucket is 25 tokens at 5 a second.
 func settledGate(t *testing.T) (*Gate, *ratelimit.MemoryStore, *fakeclock.Clock) {
 	t.Helper()
+	routes := settledRoutes(t)
+	clk := fakeclock.New()
+	store := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now})
+	g, err := New(Config{Routes: routes}, testRegistry(t), Options{Now: clk.Now, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, store, clk
+}
+
+// settledRoutes are the routes of settledGate.
+func settledRoutes(t *testing.T) []RouteConfig {
+	t.Helper()
 	var routes []RouteConfig
 	if err := yaml.Unmarshal([]byte(`
 - {method: POST, path: /v1/complete, settle: {from: header, name: x-usage-tokens, reserve: 2, max: 100}}
@@ -28,13 +41,7 @@ func settledGate(t *testing.T) (*Gate, *ratelimit.MemoryStore, *fakeclock.Clock)
 `), &routes); err != nil {
 		t.Fatal(err)
 	}
-	clk := fakeclock.New()
-	store := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now})
-	g, err := New(Config{Routes: routes}, testRegistry(t), Options{Now: clk.Now, Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, store, clk
+	return routes
 }
 
 // serve sends one request of start-key to path through g's middleware, to
