@@ -119,6 +119,10 @@ func (g *Gate) takeBackstop(ctx context.Context, c *compiled, d *Decision) error
 			return g.storeFailed(ctx, d, err)
 		}
 		d.backstop, d.hasBackstop = res, true
+		if res.Allowed && d.lease.settle.st != nil {
+			// Settled at the backstop too: fair shares by what tenants used.
+			d.lease.settle.global, d.lease.settle.tenant = c.global, t.ID
+		}
 		if !res.Allowed {
 			// Only a tenant above its fair share of the global rate is
 			// refused while another is within its own: an overload

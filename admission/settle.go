@@ -223,6 +223,10 @@ type pendingSettle struct {
 	n      int
 	status int
 	usage  string
+	// global is the backstop the reserve was also taken from, by tenant
+	// (nil: none).
+	global *ratelimit.BackstopLimit
+	tenant string
 }
 
 // uncharged reports whether a store admitted any of res without charging
@@ -280,6 +284,11 @@ func (g *Gate) settleRequest(l *Lease) {
 	if delta == 0 {
 		return
 	}
+	if bs, ok := g.backstop.(ratelimit.BackstopSettler); ok && p.global != nil {
+		if err := bs.SettleBackstop(context.Background(), *p.global, p.tenant, delta); err != nil {
+			g.settleFailed(l, "the backstop", err)
+		}
+	}
 	s, ok := g.store.(ratelimit.Settler)
 	if !ok {
 		return
@@ -289,10 +298,16 @@ func (g *Gate) settleRequest(l *Lease) {
 		takes[i].Cost = delta
 	}
 	if err := s.Settle(context.Background(), g.settleID(), takes); err != nil {
-		g.log.Warn("settle: the store failed; the reserve stands", "route", l.route.Name, "err", err)
-		if g.metrics != nil {
-			g.metrics.settle.errs.WithLabelValues(l.route.Name).Inc()
-		}
+		g.settleFailed(l, "the store", err)
+	}
+}
+
+// settleFailed logs and counts a settlement of l's request that where
+// (the store, the backstop) failed: its reserve stands there.
+func (g *Gate) settleFailed(l *Lease, where string, err error) {
+	g.log.Warn("settle: "+where+" failed; the reserve stands", "route", l.route.Name, "err", err)
+	if g.metrics != nil {
+		g.metrics.settle.errs.WithLabelValues(l.route.Name).Inc()
 	}
 }
 

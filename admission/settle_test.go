@@ -250,3 +250,85 @@ func TestSettleInFlightChargedInFull(t *testing.T) {
 		t.Fatalf("after 12 requests of 20 in flight together: %d, Retry-After %q; want 429 after 44 s (each charged in full)", w.Code, w.Header().Get("Retry-After"))
 	}
 }
+
+// unsettledBackstop is a store whose backstop is never settled: the
+// negative control of TestSettleBackstopByUsage, the backstop then
+// counting each request's reserve as all it used.
+type unsettledBackstop struct{ *ratelimit.MemoryStore }
+
+func (unsettledBackstop) SettleBackstop(context.Context, ratelimit.BackstopLimit, string, float64) error {
+	return nil
+}
+
+// TestSettleBackstopByUsage: the global backstop counts what settled
+// requests used, not what they reserved. A tenant whose requests reserve
+// 2 tokens and use 100 is held, with everyone else, to the backstop's
+// rate of what was used, while a light tenant within its share keeps 99%
+// of its requests once the heavy tenant's rate shows its flood; with the backstop
+// counting reserves (the negative control), the heavy tenant is admitted
+// many times what the backstop allows.
+func TestSettleBackstopByUsage(t *testing.T) {
+	used := func(t *testing.T, wrap func(*ratelimit.MemoryStore) ratelimit.Store) (heavy, light float64, lightRefused int) {
+		clk := fakeclock.New()
+		mem := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now})
+		tc := testTenants(1e6)
+		for name, tier := range tc.Tiers {
+			tier.Rate, tier.Burst, tier.Groups = 1e6, 1e6, nil // only the backstop binds
+			tc.Tiers[name] = tier
+		}
+		g, err := New(Config{Routes: settledRoutes(t), Global: &GlobalConfig{Rate: 100, Burst: 200, Window: 10 * time.Second}},
+			testRegistryOf(t, tc), Options{Now: clk.Now, Store: wrap(mem)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(key, usage string) bool {
+			h := http.Header{}
+			h.Set("X-API-Key", key)
+			d, err := g.Check(context.Background(), Request{Method: "POST", Path: "/v1/complete", Header: h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				return false
+			}
+			l := d.Lease()
+			l.StartUpstream(context.Background())
+			l.AnsweredStatus(http.StatusOK)
+			l.ReportUsage(usage)
+			l.Release()
+			return true
+		}
+		// 30 s: the heavy tenant asks every 10 ms (10,000 tokens a
+		// second of use), the light one every 50 ms (40 a second).
+		for step := range 3000 {
+			clk.Advance(10 * time.Millisecond)
+			if send("start-key", "100") {
+				heavy += 100
+			}
+			if step%5 == 0 {
+				if send("ent-key", "2") {
+					light += 2
+				} else if step >= 1000 {
+					// After the first window: until the heavy tenant's
+					// rate shows its flood it is within its share, and
+					// may use the reserve as any tenant may.
+					lightRefused++
+				}
+			}
+		}
+		return heavy, light, lightRefused
+	}
+	heavy, light, refused := used(t, func(m *ratelimit.MemoryStore) ratelimit.Store { return m })
+	t.Logf("settled: heavy used %v, light %v (%d refused) in 30 s of a backstop of 100 a second", heavy, light, refused)
+	// The backstop admits its rate and burst, 100 × 30 + 200, and its
+	// reserve, another 200, to tenants within their shares.
+	// After the first window the light tenant sends 400: it keeps 99%.
+	if heavy+light > 3400 || refused > 4 {
+		t.Fatalf("settled at the backstop: heavy used %v, light %v, light refused %d; want together within 3400 and light refused at most 4 of 400 after the first window", heavy, light, refused)
+	}
+	heavyC, lightC, refusedC := used(t, func(m *ratelimit.MemoryStore) ratelimit.Store { return unsettledBackstop{m} })
+	t.Logf("negative control: heavy used %v, light %v (%d refused)", heavyC, lightC, refusedC)
+	if heavyC < 10*heavy {
+		t.Fatalf("the negative control's heavy tenant used %v, the settled one's %v: the test cannot tell them apart", heavyC, heavy)
+	}
+}

@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
+	"math"
 
 	"github.com/fairgate/fairgate/internal/fairshare"
 )
@@ -52,3 +54,30 @@ func (s *MemoryStore) TakeBackstop(_ context.Context, l BackstopLimit, r Backsto
 }
 
 var _ BackstopStore = (*MemoryStore)(nil)
+
+// BackstopSettler settles a settled request's usage at the fair global
+// backstop, as Settler does at the tenant's buckets: cost is what it used
+// less what it reserved (signed), charged or refunded to the backstop's
+// bucket (no lower than its reserve, −Burst, no higher than Burst) and
+// counted in the tenant's rates, so that fair shares are by what
+// tenants used, not by what their routes reserved. The embedded
+// MemoryStore and the Redis store satisfy it. The error is for invalid
+// arguments and infrastructure faults: the caller logs it, and the
+// reserve stands.
+type BackstopSettler interface {
+	SettleBackstop(ctx context.Context, l BackstopLimit, tenant string, cost float64) error
+}
+
+// SettleBackstop implements BackstopSettler at the store's clock.
+func (s *MemoryStore) SettleBackstop(_ context.Context, l BackstopLimit, tenant string, cost float64) error {
+	if math.IsNaN(cost) || math.IsInf(cost, 0) || !positiveFinite(l.Rate) || !positiveFinite(l.Burst) || l.Window <= 0 {
+		return fmt.Errorf("%w: settle backstop: rate %v, burst %v, window %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, l.Window, cost)
+	}
+	now := s.Clock()
+	s.backstopMu.Lock()
+	defer s.backstopMu.Unlock()
+	s.backstop.Settle(now, l, tenant, cost)
+	return nil
+}
+
+var _ BackstopSettler = (*MemoryStore)(nil)

@@ -144,6 +144,45 @@ func limitOf(l fairshare.BackstopLimit) ratelimit.Limit {
 
 var _ ratelimit.BackstopStore = (*Store)(nil)
 
+//go:embed backstopsettle.lua
+var backstopSettleLua string
+
+// backstopSettleScript runs backstopsettle.lua, with decay.lua.
+var backstopSettleScript = redis.NewScript(decayLua + backstopSettleLua)
+
+// SettleBackstop implements ratelimit.BackstopSettler. By default
+// (BackstopSync) it is settled in process, as one more take of the
+// interval (a refund as one given back), and pushed with the next
+// reconciliation; with BackstopExact it is one script call
+// (backstopsettle.lua) through the lanes, breaker and deadlines of a
+// take. No failure policy applies: the error is ErrInvalidTake,
+// ErrClosed, ctx.Err() or why Redis did not answer, and the reserve then
+// stands. A settlement is not deduplicated: the gate settles a request
+// once and never retries it.
+func (s *Store) SettleBackstop(ctx context.Context, l fairshare.BackstopLimit, tenant string, cost float64) error {
+	if !validTake(limitOf(l), 1) || l.Window <= 0 || math.IsNaN(cost) || math.IsInf(cost, 0) {
+		return fmt.Errorf("%w: settle backstop: rate %v, burst %v, window %v, cost %v", ErrInvalidTake, l.Rate, l.Burst, l.Window, cost)
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if cost == 0 {
+		return nil
+	}
+	if s.cfg.BackstopMode == BackstopSync {
+		s.syncer.syncedBackstop(ctx).settle(tenant, cost)
+		return nil
+	}
+	_, err := s.run(ctx, s.laneFor(ctx, backstopKey), backstopSettleScript, []string{backstopKey},
+		l.Rate, l.Burst, l.Window.Microseconds(), tenant, cost, fairshare.ShareOf)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+var _ ratelimit.BackstopSettler = (*Store)(nil)
+
 //go:embed backstoprelimit.lua
 var backstopRelimitLua string
 

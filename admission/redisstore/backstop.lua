@@ -6,8 +6,10 @@
 --          µs, level λ or -1 for none above share, level computed at µs,
 --          sum of the weights counted then, the instant in µs at which the
 --          key expires; a 40-byte '<ddddd' reads as expiring at 0). Field
---          "t:<tenant>": '<dddd' (demand rate, admitted rate, at µs,
---          weight).
+--          "t:<tenant>": '<ddddd' (demand rate, admitted rate, at µs,
+--          weight, owed: what its settlements charged beyond what the
+--          bucket could give it, backstopsettle.lua; a 32-byte '<dddd'
+--          owes nothing).
 -- ARGV[1]  rate, tokens per second (> 0)
 -- ARGV[2]  burst, tokens (> 0)
 -- ARGV[3]  window: the rates' time constant, µs (> 0)
@@ -60,9 +62,14 @@ if now > last then
   last = now
 end
 
-local demand, admitted, at = 0, 0, now
+local demand, admitted, at, owed = 0, 0, now, 0
 if st[2] then
-  demand, admitted, at = struct.unpack('<dddd', st[2])
+  if #st[2] >= 40 then
+    local w
+    demand, admitted, at, w, owed = struct.unpack('<ddddd', st[2])
+  else
+    demand, admitted, at = struct.unpack('<dddd', st[2])
+  end
 end
 demand = decayed(demand, at, now, tau) + cost / tau
 admitted = decayed(admitted, at, now, tau)
@@ -108,12 +115,7 @@ if now - levelAt >= every or now < levelAt or (tokens < cost and level < 0) then
 end
 
 local use = decayed(admitted, at, now, tau)
-local share
-if level < 0 then
-  share = shareOf * rate * weight / math.max(weights, weight)
-else
-  share = level * weight
-end
+local share = shareFor(level, weights, weight, rate, shareOf)
 local within = 0
 local floor = math.min(class, 2) * burst / 4
 if use < share then
@@ -121,12 +123,30 @@ if use < share then
   floor = -burst
 end
 
+-- What the tenant owes is paid first, from what the bucket holds above
+-- its critical floor (fairshare.JudgeOwing); while any is left, the
+-- request is refused, as one of its cost and the debt.
+if owed > 0 then
+  local critical = 0
+  if within == 1 then
+    critical = -burst
+  end
+  local pay = math.min(owed, math.max(tokens - critical, 0))
+  tokens = tokens - pay
+  owed = owed - pay
+end
+
 local allowed = 0
 local retry = 0
-if tokens - cost >= floor then
+if owed <= 0 and tokens - cost >= floor then
+  owed = 0
   tokens = tokens - cost
   admitted = admitted + cost / tau
   allowed = 1
+elseif owed > 0 then
+  -- Repaid when the refill has brought the debt and the cost above the
+  -- floor (fairshare.JudgeOwing).
+  retry = (cost + owed + floor - tokens) / rate
 else
   retry = (cost + floor - tokens) / rate
   if within == 0 and share > 0 then
@@ -144,7 +164,7 @@ if ttl > 1e15 then
   ttl = 1e15
 end
 redis.call('HSET', KEYS[1], 'g', struct.pack('<dddddd', tokens, last, level, levelAt, weights, now + ttl * 1000),
-  field, struct.pack('<dddd', demand, admitted, at, weight))
+  field, struct.pack('<ddddd', demand, admitted, at, weight, owed))
 redis.call('PEXPIRE', KEYS[1], ttl)
 
 return {allowed, within, string.format('%.17g', use), string.format('%.17g', share),

@@ -95,6 +95,10 @@ type backstopTenant struct {
 	asked, took      float64 // tokens since the last push
 	pushAsked        float64 // pushed, not yet acknowledged
 	pushTook         float64
+	// owed is what the tenant's settlements here charged beyond what this
+	// instance's part could give it: its next takes here pay it first
+	// (fairshare.JudgeOwing).
+	owed float64
 }
 
 // newSyncBackstop makes the backstop's shards: one per master on a
@@ -189,16 +193,59 @@ func (b *syncBackstop) take(ctx context.Context, l fairshare.BackstopLimit, r fa
 	// within its share n times as long, each instance lending it its part
 	// of the reserve.
 	use := t.admitted*fairshare.Decay(now-t.at, tau) + n*(t.took+t.pushTook)/tau
-	res := fairshare.Judge(l, l.Burst/n, tokens, use, fairshare.ShareFor(l, b.level, b.weights, r.Weight), r)
+	paidFrom := tokens
+	var res fairshare.BackstopResult
+	tokens, t.owed, res = fairshare.JudgeOwing(l, l.Burst/n, tokens, t.owed, use, fairshare.ShareFor(l, b.level, b.weights, r.Weight), r)
 	b.decisions++
+	charged := paidFrom - tokens
 	if res.Allowed {
 		t.took += r.Cost
-		part := r.Cost / float64(len(b.shards))
-		for i := range b.shards {
-			b.shards[i].taken += part
-		}
+		charged += r.Cost
 	}
+	b.debitLocked(charged)
 	return res, nil
+}
+
+// debitLocked takes cost (a credit when negative) from this instance's
+// part of every shard, as evenly as the shards divide the bucket. b.mu
+// must be held.
+func (b *syncBackstop) debitLocked(cost float64) {
+	if cost == 0 {
+		return
+	}
+	part := cost / float64(len(b.shards))
+	for i := range b.shards {
+		b.shards[i].taken += part
+	}
+}
+
+// settle counts a settled request's usage (signed, see
+// Store.SettleBackstop) as one more take of the interval, as
+// fairshare.Backstop.Settle does on this instance's part: the tenant's
+// asked and admitted tokens count it; a charge takes from the part what
+// it holds above the tenant's critical floor and the tenant owes the
+// rest, which its next takes here pay first; a refund pays the debt
+// first. All of it is pushed with the next reconciliation. A tenant this
+// instance does not remember (it admitted nothing of it, or forgot it)
+// has only the part settled, in full.
+func (b *syncBackstop) settle(tenant string, cost float64) {
+	now, n := b.y.clock(), b.y.n()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.tenants[tenant]
+	if t == nil || b.l.Rate <= 0 {
+		b.debitLocked(cost)
+		return
+	}
+	l := b.l
+	t.asked += cost
+	t.took += cost
+	use := t.admitted*fairshare.Decay(now-t.at, l.Window.Seconds()) + n*(t.took+t.pushTook)/l.Window.Seconds()
+	within := use < fairshare.ShareFor(l, b.level, b.weights, t.weight)
+	tokens := b.tokensLocked(now, n)
+	after, owed := fairshare.SettleOwing(tokens, l.Burst/n, t.owed, cost, within)
+	t.owed = owed
+	b.debitLocked(tokens - after)
 }
 
 // shardOf returns the shard of tenant: the same on every instance (FNV-1a

@@ -14,7 +14,8 @@
 -- ARGV[1]  the part's rate, tokens per second (> 0)
 -- ARGV[2]  the part's burst, tokens (> 0)
 -- ARGV[3]  used: tokens this instance took from the part since its last
---          reconciliation (>= 0)
+--          reconciliation (negative when settlements refunded more than
+--          it took: the part is credited, never above its burst)
 -- ARGV[4]  the most the part may go below zero (>= its burst: the
 --          reserve, and the fleet's debt beyond it)
 -- ARGV[5]  window: the rates' time constant, µs (> 0)
@@ -22,7 +23,9 @@
 --          below a millionth of it are forgotten)
 -- ARGV[7+4i], ARGV[8+4i], ARGV[9+4i], ARGV[10+4i]  (i = 0, 1, …)
 --          a tenant ID, the tokens it asked for and was admitted on this
---          instance since the last reconciliation, and its weight
+--          instance since the last reconciliation (settlements included,
+--          so either may be negative; a rate never goes below zero), and
+--          its weight
 --
 -- Reply: {struct.pack '<d' of the part's tokens after the debit (negative
 -- is the reserve in use, or debt), now (µs), then for each remembered
@@ -42,6 +45,9 @@ local tokens, last, expires = load(KEYS[1], rate, burst, now)
 if used > 0 then
   tokens = math.max(tokens - used, -debt)
   store(KEYS[1], tokens, last, now, rate, burst, expires)
+elseif used < 0 then
+  tokens = math.min(tokens - used, burst)
+  store(KEYS[1], tokens, last, now, rate, burst, expires)
 end
 
 for i = 7, #ARGV, 4 do
@@ -51,8 +57,8 @@ for i = 7, #ARGV, 4 do
   if st then
     demand, admitted, at = struct.unpack('<dddd', st)
   end
-  demand = decayed(demand, at, now, tau) + tonumber(ARGV[i + 1]) / tau
-  admitted = decayed(admitted, at, now, tau) + tonumber(ARGV[i + 2]) / tau
+  demand = math.max(decayed(demand, at, now, tau) + tonumber(ARGV[i + 1]) / tau, 0)
+  admitted = math.max(decayed(admitted, at, now, tau) + tonumber(ARGV[i + 2]) / tau, 0)
   redis.call('HSET', KEYS[2], id, struct.pack('<dddd', demand, admitted, math.max(at, now), weight))
 end
 

@@ -58,6 +58,9 @@ type backstopTenant struct {
 	demand   Rate // tokens a second asked for
 	admitted Rate // tokens a second taken
 	weight   float64
+	// owed is what the tenant's settlements charged beyond what the
+	// bucket could give it (see Settle): paid before its next take.
+	owed float64
 }
 
 // BackstopResult is the Backstop's answer for one take.
@@ -144,13 +147,88 @@ func (b *Backstop) Take(now int64, l BackstopLimit, r BackstopRequest) BackstopR
 	if now-b.levelAt >= int64(l.Window)/LevelEvery || now < b.levelAt || b.tokens < cost && math.IsInf(b.level, 1) {
 		b.recompute(now, l)
 	}
-	res := Judge(l, l.Burst, b.tokens, t.admitted.At(now, tau), ShareFor(l, b.level, b.weights, weight), r)
+	use, share := t.admitted.At(now, tau), ShareFor(l, b.level, b.weights, weight)
+	var res BackstopResult
+	b.tokens, t.owed, res = JudgeOwing(l, l.Burst, b.tokens, t.owed, use, share, r)
 	if res.Allowed {
 		b.tokens -= cost
 		t.admitted.Add(now, tau, cost)
 	}
 	res.Tokens = b.tokens
 	return res
+}
+
+// JudgeOwing is Judge for a tenant that owes owed tokens of settlements
+// (Settle): it first pays what the bucket holds above the tenant's floor
+// (a critical take's: −burst within its share, 0 above it), then judges
+// the request with what is still owed added to its cost, so that a tenant
+// in debt is refused until the refill has paid it, with a RetryAfter that
+// says when. It returns the bucket's tokens and the debt after paying,
+// before any take (the caller takes r.Cost when Allowed).
+func JudgeOwing(l BackstopLimit, burst, tokens, owed, use, share float64, r BackstopRequest) (float64, float64, BackstopResult) {
+	if owed > 0 {
+		pay := min(owed, max(tokens-floorFor(burst, use < share, Critical), 0))
+		tokens, owed = tokens-pay, owed-pay
+	}
+	if owed <= 0 {
+		return tokens, 0, Judge(l, burst, tokens, use, share, r)
+	}
+	// Refused: the bucket holds nothing above the floor. It is repaid
+	// when the refill has brought the debt and the cost above the floor
+	// of the tenant's standing now (its rate decaying into its share may
+	// let it in sooner, from the reserve, but not always: not told).
+	res := BackstopResult{Use: use, Share: share, WithinShare: use < share, Tokens: tokens}
+	wait := (r.Cost + owed + floorFor(burst, res.WithinShare, r.Class) - tokens) / l.Rate
+	res.RetryAfter = time.Duration(math.Ceil(max(wait, 0) * 1e9))
+	return tokens, owed, res
+}
+
+// Settle applies a settled request's usage-based cost (signed: what it
+// used less what it reserved at Take) at now. The tenant's demand and
+// admitted rates count the difference, never below zero, so that its
+// fair-share standing is by what it used; then the bucket is charged
+// (SettleOwing): what it holds above the floor of the tenant's standing,
+// the rest owed by the tenant, which its next takes pay first
+// (JudgeOwing), or refunded, what it owes first. A tenant it no longer
+// remembers is not made again (only the bucket is settled); a cost of
+// zero changes nothing.
+func (b *Backstop) Settle(now int64, l BackstopLimit, tenant string, cost float64) {
+	if !b.started || cost == 0 {
+		return
+	}
+	if now > b.last {
+		b.tokens = min(l.Burst, b.tokens+float64(now-b.last)/1e9*l.Rate)
+		b.last = now
+	}
+	t := b.tenants[tenant]
+	if t == nil {
+		b.tokens, _ = SettleOwing(b.tokens, l.Burst, 0, cost, false)
+		return
+	}
+	tau := l.tau()
+	t.demand.Add(now, tau, cost)
+	t.admitted.Add(now, tau, cost)
+	t.demand.v, t.admitted.v = max(t.demand.v, 0), max(t.admitted.v, 0)
+	within := t.admitted.At(now, tau) < ShareFor(l, b.level, b.weights, t.weight)
+	b.tokens, t.owed = SettleOwing(b.tokens, l.Burst, t.owed, cost, within)
+}
+
+// SettleOwing settles cost (signed) for a tenant within its fair share
+// or not (by its rates with the cost counted) that owes owed, at a bucket
+// of range burst holding tokens, and returns the bucket's tokens and the
+// tenant's debt. A charge takes what the bucket holds above the floor a
+// critical take of the tenant would have to leave (−burst within its
+// share, 0 above it) and adds the rest to the debt; a refund pays the
+// debt first, then fills the bucket, no higher than burst. The bucket is
+// everyone's: a settlement never takes from the reserve of the tenants
+// within their shares what the tenant could not have taken.
+func SettleOwing(tokens, burst, owed, cost float64, within bool) (float64, float64) {
+	if cost > 0 {
+		take := min(cost, max(tokens-floorFor(burst, within, Critical), 0))
+		return tokens - take, owed + cost - take
+	}
+	paid := min(owed, -cost)
+	return min(tokens-cost-paid, burst), owed - paid
 }
 
 // ShareFor is the fair share of a tenant of weight at level λ (the
