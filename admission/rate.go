@@ -114,14 +114,18 @@ func (g *Gate) takeQuotas(ctx context.Context, c *compiled, d *Decision) error {
 func (g *Gate) takeBackstop(ctx context.Context, c *compiled, d *Decision) error {
 	t, r := d.Tenant, d.Route
 	if c.global != nil {
-		res, err := g.backstop.TakeBackstop(ctx, *c.global, ratelimit.BackstopRequest{Tenant: t.ID, Weight: t.Weight, Cost: r.Cost, Class: backstopClass(d.Priority)})
+		cost := r.Cost
+		if d.lease.settle.st != nil {
+			cost = d.lease.settle.reserved // the settled route's reserve, learned or not
+		}
+		res, err := g.backstop.TakeBackstop(ctx, *c.global, ratelimit.BackstopRequest{Tenant: t.ID, Weight: t.Weight, Cost: cost, Class: backstopClass(d.Priority)})
 		if err != nil {
 			return g.storeFailed(ctx, d, err)
 		}
 		d.backstop, d.hasBackstop = res, true
 		if res.Allowed && d.lease.settle.st != nil {
 			// Settled at the backstop too: fair shares by what tenants used.
-			d.lease.settle.global, d.lease.settle.tenant = c.global, t.ID
+			d.lease.settle.global = c.global
 		}
 		if !res.Allowed {
 			// Only a tenant above its fair share of the global rate is
@@ -234,6 +238,22 @@ func (g *Gate) takeAll(ctx context.Context, c *compiled, ms ratelimit.MultiStore
 		takes[n] = ratelimit.Take{Key: ratelimit.BucketKey{Tenant: t.ID, Scope: scopes[i]}, Limit: lim, Cost: r.Cost, Mode: storeMode(l.Mode)}
 		n++
 	}
+	reserved := r.Cost
+	if r.settle != nil && r.settle.learn {
+		// The reserve this tenant's requests of the route have used
+		// lately, within what every bucket (and the backstop) can hold.
+		reserved = r.settle.reserveFor(t.ID)
+		for i := range n {
+			reserved = min(reserved, takes[i].Limit.Burst)
+		}
+		if c.global != nil {
+			reserved = min(reserved, c.global.Burst)
+		}
+		reserved = max(reserved, r.Cost)
+		for i := range n {
+			takes[i].Cost = reserved
+		}
+	}
 	var start time.Time
 	if g.timeTakes {
 		start = time.Now()
@@ -263,6 +283,7 @@ func (g *Gate) takeAll(ctx context.Context, c *compiled, ms ratelimit.MultiStore
 	if worst < 0 && r.settle != nil && !uncharged(res) {
 		// Charged: settled at Release, on the same buckets.
 		d.lease.settle.st, d.lease.settle.n, d.lease.settle.takes = r.settle, n, new([MaxQuotas]ratelimit.Take)
+		d.lease.settle.reserved, d.lease.settle.tenant = reserved, t.ID
 		copy(d.lease.settle.takes[:], takes[:n])
 	}
 	switch {

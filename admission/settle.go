@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +37,13 @@ type SettleConfig struct {
 	// Max bounds what one request is charged, in tokens; at least
 	// Reserve. Zero means Reserve × 100.
 	Max float64 `yaml:"max"`
+	// Learn makes the reserve a tenant's own: what its requests of the
+	// route used lately (a mean weighted to the last ten or so that
+	// reported their usage), never less than Reserve nor more than Max or
+	// a bucket's burst. A tenant of large completions then reserves what
+	// it uses, so its requests in flight cannot run far past its quota
+	// before they settle; a tenant of small ones still reserves Reserve.
+	Learn bool `yaml:"learn"`
 }
 
 // StatusRange is a range of HTTP statuses, Lo to Hi: 401 or "500-599" in a
@@ -69,6 +78,45 @@ type settlement struct {
 	// warned is when (Unix ns) an answer without the usage was last
 	// logged: at most once per DefaultShadowLogEvery, as shadow mode's.
 	warned atomic.Int64
+	// learn is settle.learn; learned maps a tenant's ID to the mean of
+	// what its requests used (*atomic.Uint64, a float64's bits). The
+	// tenants are the configured ones, so it is bounded; it lives as
+	// long as the compiled config.
+	learn   bool
+	learned sync.Map
+}
+
+// learnWeight is the weight of a request's usage in its tenant's mean:
+// about the last ten count.
+const learnWeight = 0.1
+
+// reserveFor is what a request of tenant reserves: the mean of what its
+// requests used, within reserve and max (reserve before any).
+func (st *settlement) reserveFor(tenant string) float64 {
+	if v, ok := st.learned.Load(tenant); ok {
+		return min(max(math.Float64frombits(v.(*atomic.Uint64).Load()), st.reserve), st.max)
+	}
+	return st.reserve
+}
+
+// observe counts used, what a request of tenant reported, in its mean.
+func (st *settlement) observe(tenant string, used float64) {
+	v, ok := st.learned.Load(tenant)
+	if !ok {
+		u := new(atomic.Uint64)
+		u.Store(math.Float64bits(used))
+		if v, ok = st.learned.LoadOrStore(tenant, u); !ok {
+			return
+		}
+	}
+	u := v.(*atomic.Uint64)
+	for {
+		old := u.Load()
+		mean := math.Float64frombits(old)
+		if u.CompareAndSwap(old, math.Float64bits(mean+learnWeight*(used-mean))) {
+			return
+		}
+	}
 }
 
 // warnDue reports whether an answer without usage at now is logged.
@@ -86,7 +134,7 @@ func compileSettle(f string, rc RouteConfig) (*settlement, float64, error) {
 	if rc.Auth == AuthNone {
 		return nil, 0, fmt.Errorf("%s: a route with auth: none charges no tenant, so it settles nothing: delete settle and charge_on_status", f)
 	}
-	st := &settlement{on: rc.ChargeOnStatus, reserve: rc.Cost}
+	st := &settlement{on: rc.ChargeOnStatus, reserve: rc.Cost, learn: rc.Settle != nil && rc.Settle.Learn}
 	if rc.ChargeOnStatus != nil && len(rc.ChargeOnStatus) == 0 {
 		return nil, 0, fmt.Errorf("%s.charge_on_status: empty: list the statuses that are charged (401, 500-599), or delete it", f)
 	}
@@ -122,22 +170,22 @@ func compileSettle(f string, rc RouteConfig) (*settlement, float64, error) {
 	return st, st.reserve, nil
 }
 
-// charged returns what a request of st's route that the upstream answered
-// with status used, its usage field v (absent: ""); reported is false when
-// the route settles from a field and the answer had none that parses (it
-// is then charged its reserve). A status of 0, unknown (an embedder's
+// charged returns what a request of st's route that reserved reserve and
+// that the upstream answered with status used, its usage field v (absent:
+// ""); reported is false when the route settles from a field and the
+// answer had none that parses (it is then charged its reserve). A status of 0, unknown (an embedder's
 // Answered), is charged as one that matches charge_on_status: a refund is
 // for an outcome known not to be charged, never for one not known.
-func (st *settlement) charged(status int, v string) (used float64, reported bool) {
+func (st *settlement) charged(reserve float64, status int, v string) (used float64, reported bool) {
 	if st.on != nil && status != 0 && !st.matches(status) {
 		return 0, true
 	}
 	if st.field == "" {
-		return st.reserve, true
+		return reserve, true
 	}
 	u, ok := parseUsage(v)
 	if !ok {
-		return st.reserve, false
+		return reserve, false
 	}
 	return min(u, st.max), true
 }
@@ -223,8 +271,11 @@ type pendingSettle struct {
 	n      int
 	status int
 	usage  string
-	// global is the backstop the reserve was also taken from, by tenant
-	// (nil: none).
+	// reserved is what admission took: the route's reserve, or the
+	// tenant's learned one.
+	reserved float64
+	// global is the backstop the reserve was also taken from (nil:
+	// none); tenant is whose request it is.
 	global *ratelimit.BackstopLimit
 	tenant string
 }
@@ -272,10 +323,13 @@ func usageOf(h http.Header, name string, trailer bool) string {
 // logged).
 func (g *Gate) settleRequest(l *Lease) {
 	p := &l.settle
-	used, reported := p.st.charged(p.status, p.usage)
-	delta := used - p.st.reserve
+	used, reported := p.st.charged(p.reserved, p.status, p.usage)
+	delta := used - p.reserved
 	if g.metrics != nil {
-		g.metrics.settled(l.route.Name, p.st.reserve, used, reported)
+		g.metrics.settled(l.route.Name, p.reserved, used, reported)
+	}
+	if p.st.learn && reported && p.st.field != "" {
+		p.st.observe(p.tenant, used)
 	}
 	if !reported && p.st.warnDue(g.now()) {
 		g.log.Warn("settle: the upstream's answer has no usage; charged the reserve",

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -330,5 +331,56 @@ func TestSettleBackstopByUsage(t *testing.T) {
 	t.Logf("negative control: heavy used %v, light %v (%d refused)", heavyC, lightC, refusedC)
 	if heavyC < 10*heavy {
 		t.Fatalf("the negative control's heavy tenant used %v, the settled one's %v: the test cannot tell them apart", heavyC, heavy)
+	}
+}
+
+// TestSettleLearnedReserve: with settle.learn a tenant's requests reserve
+// what its requests of the route have used lately, within the route's
+// reserve and every bucket's burst; without it (the control), always the
+// route's reserve.
+func TestSettleLearnedReserve(t *testing.T) {
+	for _, learn := range []bool{true, false} {
+		t.Run(fmt.Sprint("learn=", learn), func(t *testing.T) {
+			var rc RouteConfig
+			if err := yaml.Unmarshal([]byte(fmt.Sprintf(`{method: POST, path: /v1/complete, settle: {from: header, name: X-Usage-Tokens, reserve: 2, max: 100, learn: %v}}`, learn)), &rc); err != nil {
+				t.Fatal(err)
+			}
+			clk := fakeclock.New()
+			store := ratelimit.NewMemoryStore(ratelimit.MemoryStoreOptions{Now: clk.Now})
+			g, err := New(Config{Routes: []RouteConfig{rc}}, testRegistry(t), Options{Now: clk.Now, Store: store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each request finds the bucket full (25): what admission
+			// left shows what it reserved.
+			var left []float64
+			for _, used := range []string{"20", "20", "500", "4"} {
+				clk.Advance(10 * time.Second)
+				h := http.Header{}
+				h.Set("X-API-Key", "start-key")
+				d, err := g.Check(context.Background(), Request{Method: "POST", Path: "/v1/complete", Header: h})
+				if err != nil || !d.Allowed {
+					t.Fatalf("refused: %v %+v", err, d)
+				}
+				left = append(left, d.Quotas[0].Remaining)
+				l := d.Lease()
+				l.StartUpstream(context.Background())
+				l.AnsweredStatus(http.StatusOK)
+				l.ReportUsage(used)
+				l.Release()
+			}
+			// Learned: 2 before any usage; then 20, twice; then the
+			// mean moves to 20 + 0.1 × (100 − 20) = 28 (500 charged
+			// max), above the burst: 25.
+			want := []float64{23, 5, 5, 0}
+			if !learn {
+				want = []float64{23, 23, 23, 23}
+			}
+			for i := range want {
+				if math.Abs(left[i]-want[i]) > 1e-9 {
+					t.Fatalf("left after each admission: %v, want %v", left, want)
+				}
+			}
+		})
 	}
 }

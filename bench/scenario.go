@@ -338,7 +338,8 @@ func Lookup(name string, seed uint64) (Scenario, error) {
 }
 
 // usageConfig is the usage scenario's gateway config: a completion
-// route settled by the trailer the upstream reports its tokens in, and a
+// route settled by the trailer the upstream reports its tokens in (each
+// tenant reserving what its completions used lately), and a
 // pro tier of 8,000 tokens a second (a burst of 20,000, a request's max),
 // 6 requests at once, over the upstream's 8 connections.
 const usageConfig = `
@@ -350,7 +351,7 @@ tiers:
 routes:
   - method: POST
     path: /v1/chat/completions
-    settle: {from: trailer, name: X-Usage-Tokens, reserve: 200, max: 20000}
+    settle: {from: trailer, name: X-Usage-Tokens, reserve: 200, max: 20000, learn: true}
 bulkhead:
   total: 8
   pools:
@@ -387,7 +388,7 @@ func usageScenario() Scenario {
 	s.Description = "An LLM API: 8 connections generating 4,000 tokens a second each, streamed as server-sent events with the count in a trailer (X-Usage-Tokens). " +
 		"Three pro tenants (acme, globex, hooli) ask 4 completions a second each of ~180 tokens (log-normal, median 150); pro tenant umbrella, a batch job, 24 a second of ~1,375 (median 1,000, σ 0.8, at most 20,000), ignoring Retry-After: " +
 		"33,000 tokens a second, 4× its quota of 8,000 tokens a second (burst 20,000, 6 at once) and more than the upstream generates. " +
-		"The route reserves 200 tokens and settles what the trailer says (fairgate); fixed-cost charges the 200 and settles nothing, so umbrella's quota never binds. " +
+		"The route reserves 200 tokens, or what the tenant's completions used lately when that is more (settle.learn), and settles what the trailer says (fairgate); fixed-cost charges the 200 and settles nothing, so umbrella's quota never binds. " +
 		"Beside the innocents' targets, umbrella's tokens served must be within 5% of its quota over the run (its rate × the run, plus its burst)."
 	return s
 }
