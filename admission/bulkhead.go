@@ -27,7 +27,7 @@ func (g *Gate) admitBulkhead(ctx context.Context, c *compiled, d *Decision) erro
 		flow = f[r.Criticality]
 	}
 	start := g.now()
-	seat, err := g.pools.Acquire(ctx, pool, bulkhead.Request{Tenant: t.ID, Flow: flow, Cost: int(r.Cost), Class: r.class, Weight: t.Weight, Cap: g.capFor(d), Priority: int(d.Priority), Critical: r.Criticality == shed.Critical, Arrived: d.arrived})
+	seat, err := g.pools.Acquire(ctx, pool, bulkhead.Request{Tenant: t.ID, Flow: flow, Cost: int(d.cost()), Class: r.class, Weight: t.Weight, Cap: g.capFor(d), Priority: int(d.Priority), Critical: r.Criticality == shed.Critical, Arrived: d.arrived})
 	if sp.on() {
 		// A request that got no seat has no Seat to ask: its wait is
 		// what it spent in Acquire (a wait_timeout waited max_wait).

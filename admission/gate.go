@@ -337,7 +337,7 @@ func (g *Gate) setFairRequest(d *Decision) {
 	if !g.fairLimit() {
 		return
 	}
-	r := bulkhead.Request{Cost: int(d.Route.Cost), Class: d.Route.class, Priority: int(d.Priority),
+	r := bulkhead.Request{Cost: int(d.cost()), Class: d.Route.class, Priority: int(d.Priority),
 		Critical: d.Route.Criticality == shed.Critical, Arrived: d.arrived}
 	if d.Tenant != nil {
 		r.Tenant, r.Weight = d.Tenant.ID, d.Tenant.Weight

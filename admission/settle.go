@@ -371,3 +371,14 @@ func (g *Gate) settleFailed(l *Lease, where string, err error) {
 func (g *Gate) settleID() string {
 	return g.settleNonce + strconv.FormatUint(g.settleSeq.Add(1), 36)
 }
+
+// cost is what the shared layers weigh d's request by: its route's cost,
+// or for a settled route the reserve its buckets were charged (a
+// tenant's learned reserve, with settle.learn), so that the pools' fair
+// queue serves tenants by what their requests use.
+func (d *Decision) cost() float64 {
+	if d.lease.settle.st != nil {
+		return d.lease.settle.reserved
+	}
+	return d.Route.Cost
+}

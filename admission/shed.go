@@ -36,7 +36,7 @@ func (g *Gate) admitShed(ctx context.Context, d *Decision) {
 	within, use, share, work := false, 0.0, 0.0, shed.UnitWork
 	if shares, name := g.sharesFor(pool); shares != nil && g.rules&shedByShare != 0 {
 		r := d.Route
-		st := shares.Arrive(name, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight, Cost: int(r.Cost), Class: r.class})
+		st := shares.Arrive(name, bulkhead.Request{Tenant: d.Tenant.ID, Weight: d.Tenant.Weight, Cost: int(d.cost()), Class: r.class})
 		d.arrived = true
 		within, use, share = st.Within, st.Use, st.Share
 		if st.Hold > 0 {
