@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairgate/fairgate/internal/demoapi"
+	"github.com/fairgate/fairgate/shed"
 )
 
 // sentBy runs tenants' arrivals for 500 ms against a server that records
@@ -56,4 +57,21 @@ func TestInnocentsSendTheSameRequestsInTheBaseline(t *testing.T) {
 	if slices.Equal(run["bench-a-key"], run["bench-b-key"]) {
 		t.Errorf("tenants a and b sent the same requests: one stream for all")
 	}
+}
+
+// The route mixes the tests' own tenants use (the built-in scenarios'
+// are in their traffic files).
+var (
+	usersMe = Call{Method: "GET", Path: "/api/v1/users/me", Criticality: shed.Critical}
+	search  = Call{Method: "GET", Path: "/api/v1/search", Criticality: shed.Default}
+	export  = Call{Method: "POST", Path: "/api/v1/reports/export", Criticality: shed.Sheddable}
+)
+
+func weighted(c Call, w float64) Call { c.Weight = w; return c }
+
+// innocentTenant is a well-behaved tenant: Poisson arrivals of reads and
+// searches, a 2 s client timeout, Retry-After honoured.
+func innocentTenant(id, tier string, rate float64, users, ips int) TenantLoad {
+	return TenantLoad{ID: id, Tier: tier, Key: "bench-" + id + "-key", Role: Innocent, Rate: rate,
+		Calls: []Call{weighted(usersMe, 70), weighted(search, 30)}, Users: users, IPs: ips, Timeout: 2 * time.Second, HonourRetryAfter: true}
 }

@@ -14,23 +14,23 @@ import (
 // must miss them, or the scenario does not hurt anyone.
 type Targets struct {
 	// MinGoodputPct is the lowest acceptable goodput, in percent.
-	MinGoodputPct float64 `json:"min_goodput_pct"`
+	MinGoodputPct float64 `json:"min_goodput_pct" yaml:"min_goodput_pct"`
 	// MaxP99Ratio is the highest acceptable admitted p99 ÷ the tenant's
 	// own quiet-baseline p99.
-	MaxP99Ratio float64 `json:"max_p99_ratio"`
+	MaxP99Ratio float64 `json:"max_p99_ratio" yaml:"max_p99_ratio"`
 	// MinCriticalPct is the lowest acceptable share of the critical calls
 	// sent, every tenant's together, that get a 2xx (0 judges nothing).
-	MinCriticalPct float64 `json:"min_critical_pct,omitempty"`
+	MinCriticalPct float64 `json:"min_critical_pct,omitempty" yaml:"min_critical_pct"`
 	// MinPeakBusyPct is the lowest acceptable upstream busy from the
 	// noisy tenants' peak on: under total overload, admitted goodput as a
 	// share of the upstream's capacity (0 judges nothing).
-	MinPeakBusyPct float64 `json:"min_peak_busy_pct,omitempty"`
+	MinPeakBusyPct float64 `json:"min_peak_busy_pct,omitempty" yaml:"min_peak_busy_pct"`
 	// MaxUsageErrPct bounds how far a noisy tenant's completion tokens
 	// served may be from its token quota over the run, in percent either
 	// way (0 judges nothing): usage-based cost holds a tenant to its
 	// quota of what it used, neither more nor, while it asks for more,
 	// much less.
-	MaxUsageErrPct float64 `json:"max_usage_err_pct,omitempty"`
+	MaxUsageErrPct float64 `json:"max_usage_err_pct,omitempty" yaml:"max_usage_err_pct"`
 }
 
 // set reports whether t judges anything (the overhead scenario has no

@@ -171,7 +171,7 @@ func (l *load) generate(ctx, reqCtx context.Context, reqs *sync.WaitGroup, i int
 	next := 0.0 // seconds since start
 	for range limit {
 		rate := tl.Rate * tl.Ramp.factor(next/dur)
-		if p := tl.Pulse.Seconds(); p > 0 && int(next/p)%2 == 1 {
+		if tl.OnOff.silent(next) {
 			rate = 0
 		}
 		gap := 0.01 // idle tenants look again 10 ms later

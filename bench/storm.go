@@ -31,25 +31,6 @@ const (
 	stormRecovered = 0.95
 )
 
-// stormScenario is retry-storm: three enterprise tenants searching at
-// 60 requests/s each (Poisson; 120 of their 200 tokens/s), 180 requests/s
-// of 20 ms against an upstream of 8 connections (~400/s, 45% busy), whose
-// capacity drops to 2 connections (~100/s: 1.8× overload) for the middle
-// third of the run.
-func stormScenario() Scenario {
-	s := Scenario{Name: retryStorm, Upstream: demoapi.Config{Connections: 8}, GlobalBurst: 0.5, IPRate: 10, IPBurst: 20,
-		GlobalTokens: 400, DefaultModes: []Mode{None, Fairgate}}
-	for _, id := range []string{"wayne", "stark", "wonka"} {
-		s.Tenants = append(s.Tenants, TenantLoad{ID: id, Tier: "enterprise", Key: "bench-" + id + "-key", Role: Innocent, Rate: 60,
-			Calls: []Call{weighted(search, 1)}, Users: 20, IPs: 4, Timeout: 5 * time.Second})
-	}
-	s.Description = fmt.Sprintf("Three enterprise tenants search at 60 requests/s each (Poisson, within quota): 180 requests/s of 20 ms against an upstream of 8 connections (~45%% busy). "+
-		"For the middle third of the run the upstream keeps only %d connections (~100 requests/s: 1.8× overload) and sheds with 503 and Retry-After: 1 beyond %d waiting. "+
-		"Each mode runs twice: with clients that retry a 429/503 at once, up to %d attempts (the common hand-written loop), and with clients behind client.Transport (same attempts; Retry-After, jittered backoff, retry budget, pacing). "+
-		"A logical request has 5 s for all its attempts.", stormDegraded, stormQueue, stormAttempts)
-	return s
-}
-
 // Retrier is how a retry-storm client handles a 429 or 503.
 type Retrier uint8
 
